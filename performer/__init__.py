@@ -1,0 +1,3 @@
+"""performer: reproduce and extend "Rethinking Attention with Performers"."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Random-feature maps phi with phi(x)^T phi(y) ~ K(x, y).
+
+Softmax-kernel estimators SM(x, y) = exp(x.y): `positive` (SM+, Lemma 1),
+`hyperbolic` (SMhyp+, Lemma 1), `trig` (SMtrig, Sec. 2.3). Generalized kernels
+(Sec. 2.2, App. A.4): phi(x) = f(W x) / sqrt(m), or f(x) without W, for f in
+relu, elu_plus_one (Katharopoulos et al. 2020), exp and identity.
+
+Every map is returned in a split form, phi(x) = value * exp(log), so that
+attention can subtract maxima from `log` before exponentiating without ever
+overflowing (see `attention.py`). `feature_map` multiplies it out.
+"""
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+SOFTMAX_KERNELS = ("positive", "hyperbolic", "trig")
+GENERALIZED_KERNELS = ("relu", "elu_plus_one", "exp", "identity")
+KERNELS = SOFTMAX_KERNELS + GENERALIZED_KERNELS
+
+
+class Features(NamedTuple):
+  """phi(x) = value * exp(log), elementwise, in float32.
+
+  value: [..., M] or None (read as 1): the bounded part.
+  log: [..., M], [..., 1] (one log-scale per token) or None (read as 0).
+  M is the feature dimension: m, or 2m for `hyperbolic` and `trig`, or d for
+  a generalized kernel used without W.
+  """
+  value: jax.Array | None
+  log: jax.Array | None
+
+
+def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
+  """phi(x) in split form (see `Features`); no scaling is applied to x.
+
+  Args:
+    x: [..., d] queries or keys, any float dtype (computed in float32).
+    W: [m, d] projection from `projection`, or None for a deterministic
+      generalized kernel (phi(x) = f(x)).
+    kernel: one of `KERNELS`.
+    kernel_epsilon: added to generalized features (App. A.4 uses 1e-3 for
+      relu) so that no token's features are all zero.
+
+  Returns:
+    `Features`, float32.
+
+  Raises:
+    ValueError: unknown kernel; W missing for a softmax kernel; W not [m, d].
+  """
+  if kernel not in KERNELS:
+    raise ValueError(f"unknown kernel {kernel!r}; choose from {KERNELS}")
+  x = x.astype(jnp.float32)
+  if W is None:
+    if kernel in SOFTMAX_KERNELS:
+      raise ValueError(f"kernel {kernel!r} needs a projection matrix W")
+    wx, log_norm = x, 0.0
+  else:
+    if W.ndim != 2 or W.shape[1] != x.shape[-1]:
+      raise ValueError(f"W must be [m, d={x.shape[-1]}], got shape {W.shape}")
+    wx = jnp.einsum("...d,md->...m", x, W.astype(jnp.float32))  # [..., m]
+    log_norm = -0.5 * math.log(W.shape[0])  # the 1/sqrt(m) of every map
+
+  half_sq_norm = 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)  # [..., 1]
+  if kernel == "positive":  # exp(w.x - |x|^2/2) / sqrt(m)
+    return Features(None, wx - half_sq_norm + log_norm)
+  if kernel == "hyperbolic":  # exp(+-w.x - |x|^2/2) / sqrt(2m)
+    both = jnp.concatenate([wx, -wx], axis=-1)  # [..., 2m]
+    return Features(None, both - half_sq_norm + log_norm - 0.5 * math.log(2))
+  if kernel == "trig":  # exp(|x|^2/2) (sin w.x, cos w.x) / sqrt(m)
+    return Features(jnp.concatenate([jnp.sin(wx), jnp.cos(wx)], axis=-1),
+                    half_sq_norm + log_norm)
+  if kernel == "exp":
+    return Features(None, wx + log_norm)
+  scale = math.exp(log_norm)
+  if kernel == "relu":
+    return Features(scale * jax.nn.relu(wx) + kernel_epsilon, None)
+  if kernel == "elu_plus_one":
+    return Features(scale * (jax.nn.elu(wx) + 1.0) + kernel_epsilon, None)
+  return Features(scale * wx + kernel_epsilon, None)  # identity
+
+
+def feature_map(x, W, kernel="positive", *, kernel_epsilon=0.0):
+  """phi(x) as an explicit array: [..., d] -> [..., M] float32.
+
+  Unstabilized: exp may overflow for inputs of large norm, so attention uses
+  `feature_parts` instead. Meant for estimator studies (Lemma 2) and tests.
+  Arguments and errors as in `feature_parts`.
+  """
+  value, log = feature_parts(x, W, kernel, kernel_epsilon=kernel_epsilon)
+  out = jnp.ones((), jnp.float32) if value is None else value
+  return out * jnp.exp(log) if log is not None else out

@@ -1,0 +1,262 @@
+"""softmax_attention and favor_attention against independent computations."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+
+from performer import favor
+
+B, L, H, D, M = 2, 37, 3, 8, 11  # prime-ish sizes make shape mix-ups fail loudly
+ALL = [(k, 1e-3 if k == "relu" else 0.0) for k in favor.KERNELS if k != "identity"]
+
+
+def _qkv(seed=0, scale=1.0, length=L, dtype=jnp.float32):
+  ks = jax.random.split(jax.random.key(seed), 3)
+  q, k, v = (jax.random.normal(kk, (B, length, H, D)) for kk in ks)
+  return (scale * q).astype(dtype), (scale * k).astype(dtype), v.astype(dtype)
+
+
+def _W(m=M, seed=7, kind="orthogonal"):
+  return favor.projection(jax.random.key(seed), m, D, kind)
+
+
+def _explicit(q, k, v, W, kernel, eps, causal, mask=None):
+  """D^-1 (A V) with A = Q' K'^T built explicitly: the unstabilized estimator."""
+  s = D ** -0.25
+  qp = favor.feature_map(q * s, W, kernel, kernel_epsilon=eps)
+  kp = favor.feature_map(k * s, W, kernel, kernel_epsilon=eps)
+  a = np.einsum("bqhm,bkhm->bhqk", qp, kp).astype(np.float64)
+  if causal:
+    a = a * np.tril(np.ones(a.shape[-2:]))
+  if mask is not None:
+    a = a * np.asarray(mask)[:, None, None, :]
+  out = np.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
+  return out
+
+
+def test_softmax_attention_matches_numpy():
+  q, k, v = _qkv()
+  mask = np.ones((B, L), bool)
+  mask[1, 30:] = False
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(D)
+  for causal in (False, True):
+    allowed = mask[:, None, None, :] & (np.tril(np.ones((L, L), bool)) if causal else True)
+    p = np.where(allowed, np.exp(logits - logits.max(-1, keepdims=True)), 0.0)
+    expected = np.einsum("bhqk,bkhd->bqhd", p / p.sum(-1, keepdims=True), v)
+    got = favor.softmax_attention(q, k, v, causal=causal, mask=jnp.asarray(mask))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel, eps", ALL)
+def test_bidirectional_equals_explicit_formula(kernel, eps):
+  q, k, v = _qkv()
+  W = None if kernel in ("relu", "elu_plus_one", "exp") and eps else _W()
+  got = favor.favor_attention(q, k, v, W, kernel=kernel, kernel_epsilon=eps)
+  np.testing.assert_allclose(got, _explicit(q, k, v, W, kernel, eps, False), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kernel, eps", ALL)
+@pytest.mark.parametrize("chunk", [1, 3, 16, 64])  # 37 is not a multiple of any
+def test_causal_chunks_equal_per_token_oracle(kernel, eps, chunk):
+  q, k, v = _qkv(1)
+  W = _W()
+  s = D ** -0.25
+  oracle = favor.causal_linear_attention_scan(
+      favor.feature_map(q * s, W, kernel, kernel_epsilon=eps),
+      favor.feature_map(k * s, W, kernel, kernel_epsilon=eps), v)
+  got = favor.favor_attention(q, k, v, W, kernel=kernel, causal=True, chunk_size=chunk,
+                              kernel_epsilon=eps)
+  np.testing.assert_allclose(got, oracle, rtol=2e-5, atol=2e-5)
+  np.testing.assert_allclose(oracle, _explicit(q, k, v, W, kernel, eps, True), rtol=2e-5, atol=2e-5)
+
+
+def test_favor_approaches_exact_attention_as_m_grows():
+  q, k, v = _qkv(2, scale=0.5)
+  for causal in (False, True):
+    exact = favor.softmax_attention(q, k, v, causal=causal)
+    errors = []
+    for m in (16, 64, 256, 1024, 4096):
+      err = [np.mean((favor.favor_attention(q, k, v, _W(m, seed), causal=causal) - exact) ** 2)
+             for seed in range(3)]
+      errors.append(np.mean(err))
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] < 1e-4 and errors[0] / errors[-1] > 50  # ~1/m decay
+
+
+@pytest.mark.parametrize("causal_fn", [
+    functools.partial(favor.favor_attention, kernel="positive", chunk_size=8),
+    functools.partial(favor.favor_attention, kernel="positive", chunk_size=64),
+    functools.partial(favor.favor_attention, kernel="trig", chunk_size=5),
+    functools.partial(favor.favor_attention, kernel="relu", kernel_epsilon=1e-3, chunk_size=8),
+    lambda q, k, v, W, causal: favor.softmax_attention(q, k, v, causal=causal),
+])
+def test_future_tokens_never_change_past_outputs(causal_fn):
+  q, k, v = _qkv(3, scale=2.0)
+  base = causal_fn(q, k, v, _W(), causal=True)
+  for i in (0, 5, 19, 35):
+    key = jax.random.key(i)
+    bump = 10.0 * jax.random.normal(key, (3, B, L - i - 1, H, D))
+    q2, k2, v2 = (x.at[:, i + 1:].add(b) for x, b in zip((q, k, v), bump))
+    out = causal_fn(q2, k2, v2, _W(), causal=True)
+    np.testing.assert_array_equal(out[:, :i + 1], base[:, :i + 1])  # bit for bit
+    assert not np.allclose(out[:, i + 1:], base[:, i + 1:])
+
+
+@pytest.mark.parametrize("kernel, eps", [("positive", 0.0), ("trig", 0.0), ("relu", 1e-3)])
+def test_padding_never_changes_real_outputs(kernel, eps):
+  q, k, v = _qkv(4)
+  W = _W()
+  real = 23
+  # Bidirectional: any pattern of padded keys equals attention over the kept keys.
+  mask = np.array(jax.random.bernoulli(jax.random.key(9), 0.6, (B, L)))
+  mask[:, 0] = True
+  garbage = jnp.where(jnp.asarray(mask)[:, :, None, None], k, 50.0)
+  got = favor.favor_attention(q, garbage, v, W, kernel=kernel, mask=jnp.asarray(mask),
+                              kernel_epsilon=eps)
+  for b in range(B):
+    kept = np.flatnonzero(mask[b])
+    alone = favor.favor_attention(q[b:b + 1], k[b:b + 1, kept], v[b:b + 1, kept], W,
+                                  kernel=kernel, kernel_epsilon=eps)
+    # trig's D can be near 0 (outputs of +-60 here), hence the looser rtol.
+    np.testing.assert_allclose(got[b:b + 1], alone, rtol=1e-4 if kernel == "trig" else 1e-5,
+                               atol=1e-6)
+  # Causal: right padding of any length and content leaves real positions unchanged.
+  alone = favor.favor_attention(q[:, :real], k[:, :real], v[:, :real], W, kernel=kernel,
+                                causal=True, chunk_size=8, kernel_epsilon=eps)
+  for pad_value in (0.0, 50.0):
+    kp = k.at[:, real:].set(pad_value)
+    mask = jnp.arange(L)[None, :] < real
+    padded = favor.favor_attention(q, kp, v, W, kernel=kernel, causal=True, chunk_size=8,
+                                   mask=jnp.broadcast_to(mask, (B, L)), kernel_epsilon=eps)
+    np.testing.assert_array_equal(padded[:, :real], alone)
+
+
+def _log_space_reference(q, k, v, W, causal):
+  """The positive-feature estimator evaluated in float64 log space (no overflow)."""
+  s = D ** -0.25
+  x, y = np.asarray(q, np.float64) * s, np.asarray(k, np.float64) * s
+  W = np.asarray(W, np.float64)
+  a = np.einsum("blhd,md->blhm", x, W) - 0.5 * (x ** 2).sum(-1, keepdims=True)
+  b = np.einsum("blhd,md->blhm", y, W) - 0.5 * (y ** 2).sum(-1, keepdims=True)
+  logw = logsumexp(a[:, :, None] + b[:, None, :], axis=-1)  # [B, Lq, Lk, H]
+  if causal:
+    logw = np.where(np.tril(np.ones((L, L), bool))[None, :, :, None], logw, -np.inf)
+  p = np.exp(logw - logw.max(2, keepdims=True))
+  return np.einsum("bqkh,bkhd->bqhd", p / p.sum(2, keepdims=True), np.asarray(v, np.float64))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [4.0, 6.0])  # |x| ~ 8 and ~ 12 after the d^-1/4 scaling
+def test_large_norms_stay_finite_and_exact(causal, scale):
+  # exp(-|x|^2/2) alone underflows float32 for |x| > 13.2; the estimator must not.
+  q, k, v = _qkv(5, scale=scale)
+  W = _W(64)
+  got = favor.favor_attention(q, k, v, W, causal=causal, chunk_size=16)
+  np.testing.assert_allclose(got, _log_space_reference(q, k, v, W, causal), atol=5e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_inputs_accumulate_in_float32(causal):
+  length = 2048  # long sums: bf16 accumulators would lose ~all precision
+  q, k, v = _qkv(6, scale=3.0, length=length, dtype=jnp.bfloat16)
+  W = _W(32)
+  got = favor.favor_attention(q, k, v, W, causal=causal, chunk_size=128)
+  assert got.dtype == jnp.bfloat16
+  as_f32 = favor.favor_attention(*(x.astype(jnp.float32) for x in (q, k, v)), W,
+                                 causal=causal, chunk_size=128)
+  assert np.isfinite(np.asarray(got, np.float32)).all()
+  np.testing.assert_allclose(np.asarray(got, np.float32), as_f32, rtol=2e-2, atol=2e-2)
+
+
+def _naive_float64(q, k, v, W, kernel, causal):
+  """Independent float64 FAVOR: explicit features, explicit L x L matrix."""
+  s = D ** -0.25
+  def phi(x):
+    wx = jnp.einsum("blhd,md->blhm", x * s, W)
+    if kernel == "positive":
+      return jnp.exp(wx - 0.5 * jnp.sum((x * s) ** 2, -1, keepdims=True))
+    return jnp.exp(0.5 * jnp.sum((x * s) ** 2, -1, keepdims=True)) * jnp.concatenate(
+        [jnp.sin(wx), jnp.cos(wx)], -1)  # trig
+  a = jnp.einsum("bqhm,bkhm->bhqk", phi(q), phi(k))
+  if causal:
+    a = a * jnp.tril(jnp.ones((L, L)))
+  return jnp.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
+
+
+@pytest.mark.parametrize("kernel", ["positive", "trig"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_match_float64_autodiff(kernel, causal):
+  q, k, v = _qkv(8, scale=1.0)
+  W = _W(16)
+  g = jax.random.normal(jax.random.key(10), v.shape)
+
+  def loss32(q, k, v):
+    return jnp.sum(g * favor.favor_attention(q, k, v, W, kernel=kernel, causal=causal,
+                                             chunk_size=8))
+  grads = jax.grad(loss32, argnums=(0, 1, 2))(q, k, v)
+  with jax.enable_x64(True):
+    as64 = [jnp.asarray(np.asarray(x), jnp.float64) for x in (q, k, v, W, g)]
+    def loss64(q, k, v):
+      return jnp.sum(as64[4] * _naive_float64(q, k, v, as64[3], kernel, causal))
+    expected = jax.grad(loss64, argnums=(0, 1, 2))(*as64[:3])
+    expected = [np.asarray(e) for e in expected]
+  for got, want in zip(grads, expected):
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
+
+
+def test_identical_under_jit_grad_and_vmap():
+  q, k, v = _qkv(11)
+  W = _W()
+  fn = functools.partial(favor.favor_attention, causal=True, chunk_size=8)
+  eager = fn(q, k, v, W)
+  np.testing.assert_allclose(jax.jit(fn)(q, k, v, W), eager, rtol=1e-6, atol=1e-7)
+  stacked = jnp.stack([q, q * 0.5])
+  batched = jax.vmap(lambda qq: fn(qq, k, v, W))(stacked)
+  np.testing.assert_allclose(batched[0], eager, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(batched[1], fn(q * 0.5, k, v, W), rtol=1e-6, atol=1e-7)
+  loss = lambda q: jnp.sum(fn(q, k, v, W) ** 2)
+  grad = jax.grad(loss)(q)
+  np.testing.assert_allclose(jax.jit(jax.grad(loss))(q), grad, rtol=1e-5,
+                             atol=1e-5 * np.abs(grad).max())
+
+
+def test_causal_never_builds_quadratic_or_lmd_tensors():
+  length, chunk, m, dv = 512, 16, 24, 8
+  q = jnp.zeros((1, length, 1, D))
+  v = jnp.zeros((1, length, 1, dv))
+  W = favor.projection(jax.random.key(0), m, D)
+  fn = lambda q, k, v: favor.favor_attention(q, k, v, W, causal=True, chunk_size=chunk)
+  for f in (fn, jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v)), argnums=(0, 1, 2))):
+    sizes = []
+    def walk(jaxpr):
+      for eqn in jaxpr.eqns:
+        sizes.extend(int(np.prod(o.aval.shape)) for o in eqn.outvars if hasattr(o.aval, "shape"))
+        for p in eqn.params.values():
+          inner = getattr(p, "jaxpr", p)
+          if hasattr(inner, "eqns"):
+            walk(inner)
+    walk(jax.make_jaxpr(f)(q, q, v).jaxpr)
+    # O(L (m + d)) is fine; L x L = 262144 or L x m x dv = 98304 is not.
+    assert max(sizes) <= length * (m + D + dv), max(sizes)
+
+
+def test_bad_arguments_raise():
+  q, k, v = _qkv()
+  W = _W()
+  with pytest.raises(ValueError, match="unknown kernel"):
+    favor.favor_attention(q, k, v, W, kernel="softmax")
+  with pytest.raises(ValueError, match="needs a projection"):
+    favor.favor_attention(q, k, v, None)
+  with pytest.raises(ValueError, match="chunk_size"):
+    favor.favor_attention(q, k, v, W, causal=True, chunk_size=0)
+  with pytest.raises(ValueError, match="Lq == Lk"):
+    favor.favor_attention(q[:, :5], k, v, W, causal=True)
+  with pytest.raises(ValueError, match="mask must be"):
+    favor.favor_attention(q, k, v, W, mask=jnp.ones((B, L + 1), bool))
+  with pytest.raises(ValueError, match="batch, length, heads"):
+    favor.softmax_attention(q[0], k, v)
