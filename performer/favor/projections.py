@@ -4,6 +4,7 @@ Sources: the paper's Sec. 2.4 and Appendix B.2 (orthogonal random features:
 R-ORF, H-ORF, G-ORF) and Sec. 2.3 (SMREG: rows of norm sqrt(d)).
 """
 
+import functools
 import math
 
 import jax
@@ -91,6 +92,7 @@ def _hadamard_block(key, d):
   return block
 
 
+@functools.partial(jax.jit, static_argnums=1)  # eager fori_loop re-traces every call
 def _givens_block(key, d):
   """A product of d * ceil(log2 d) random Givens rotations ([d, d], orthogonal)."""
   if d == 1:

@@ -1,0 +1,1 @@
+"""Experiments: each computes rows of numbers and writes one JSON result file."""

@@ -1,0 +1,161 @@
+"""Approximation error of FAVOR attention against exact softmax (paper Fig. 4).
+
+For each input scale s and each of `samples` draws, Q, K, V are [1, L, 1, d]
+with q, k entries ~ N(0, s^2 / sqrt(d)) and v entries ~ N(0, 1). FAVOR scales
+q and k by d^(-1/4), so the scaled vectors x have |x|^2 ~ s^2 and the logits
+q.k / sqrt(d) have standard deviation s^2 / sqrt(d). Small s gives nearly
+uniform attention; larger s gives small kernel values exp(x.y) for most pairs
+(the regime where positive features beat trig ones, Lemma 2). For every
+variant (kernel, projection kind, scaling) and every m, a fresh W is drawn per
+sample; the MSE of one sample is the mean over all L x d outputs of
+(FAVOR - exact)^2. Rows report its mean, standard deviation and median over
+the samples (the error is heavy-tailed across draws).
+"""
+
+import dataclasses
+import time
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from performer import favor
+from performer.errors import UserError
+from performer.experiments.results import write_result
+
+# (kernel, projection kind, scaling): the paper's curves, then H-/G-ORF.
+DEFAULT_VARIANTS = (
+    ("positive", "orthogonal", "chi"),
+    ("positive", "iid", "chi"),
+    ("trig", "orthogonal", "chi"),
+    ("trig", "iid", "chi"),
+    ("hyperbolic", "orthogonal", "chi"),
+    ("hyperbolic", "iid", "chi"),
+    ("positive", "orthogonal", "sqrt_d"),  # SMREG
+    ("positive", "hadamard", "chi"),
+    ("positive", "givens", "chi"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ApproxErrorConfig:
+  """What to sweep. Defaults: the paper's Fig. 4 (L=4096, d=16, 15 samples)."""
+  seq_len: int = 4096
+  dim: int = 16
+  features: tuple[int, ...] = (16, 32, 64, 128, 256)
+  samples: int = 15
+  seed: int = 0
+  input_scales: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)
+  variants: tuple[tuple[str, str, str], ...] = DEFAULT_VARIANTS
+
+  def __post_init__(self):
+    if self.seq_len < 1 or self.dim < 1 or self.samples < 1:
+      raise UserError(f"seq_len, dim and samples must be >= 1, got {self.seq_len}, "
+                      f"{self.dim}, {self.samples}")
+    if not self.features or min(self.features) < 1:
+      raise UserError(f"features must be a non-empty list of counts >= 1, got {self.features}")
+    if not self.input_scales or min(self.input_scales) <= 0:
+      raise UserError(f"input scales must be > 0, got {self.input_scales}")
+    for kernel, kind, scaling in self.variants:
+      if kernel not in favor.SOFTMAX_KERNELS:
+        raise UserError(f"variant kernel {kernel!r} is not a softmax kernel; "
+                        f"choose from {favor.SOFTMAX_KERNELS}")
+      if kind not in favor.KINDS or scaling not in favor.SCALINGS:
+        raise UserError(f"variant {kernel}/{kind}/{scaling}: projection kind must be one of "
+                        f"{favor.KINDS} and scaling one of {favor.SCALINGS}")
+      if kind == "hadamard" and self.dim & (self.dim - 1):
+        raise UserError(f"hadamard projections need --dim a power of two, got {self.dim}")
+
+
+def parse_variants(text):
+  """'positive/orthogonal/chi,trig/iid/chi' -> tuple of triples (UserError if malformed)."""
+  variants = []
+  for item in text.split(","):
+    parts = tuple(item.strip().split("/"))
+    if len(parts) != 3:
+      raise UserError(f"variant {item!r} must read kernel/projection/scaling, "
+                      "e.g. positive/orthogonal/chi")
+    variants.append(parts)
+  return tuple(variants)
+
+
+def default_variants(dim):
+  """DEFAULT_VARIANTS, without hadamard when dim is not a power of two."""
+  return tuple(v for v in DEFAULT_VARIANTS if v[1] != "hadamard" or not dim & (dim - 1))
+
+
+@jax.jit
+def _exact(q, k, v):
+  return favor.softmax_attention(q, k, v)
+
+
+@jax.jit
+def _squared_errors(q, k, v, W_by_kernel, exact):
+  """Per-kernel MSE of FAVOR against `exact`, one jit for all kernels."""
+  return {kernel: jnp.mean((favor.favor_attention(q, k, v, W, kernel=kernel) - exact) ** 2)
+          for kernel, W in W_by_kernel.items()}
+
+
+def _inputs(cfg, scale, sample):
+  key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), sample),
+                           int(round(scale * 1000)))
+  kq, kk, kv = jax.random.split(key, 3)
+  shape = (1, cfg.seq_len, 1, cfg.dim)
+  std = scale * cfg.dim ** -0.25
+  return (std * jax.random.normal(kq, shape), std * jax.random.normal(kk, shape),
+          jax.random.normal(kv, shape))
+
+
+def projection_for(cfg, variant, m, sample):
+  """The W used for (variant, m, sample): a stable key from crc32 of the variant."""
+  _, kind, scaling = variant
+  key = jax.random.fold_in(jax.random.key(cfg.seed + 1), zlib.crc32("/".join(variant).encode()))
+  key = jax.random.fold_in(jax.random.fold_in(key, m), sample)
+  return favor.projection(key, m, cfg.dim, kind, scaling)
+
+
+def run(cfg, *, progress=True):
+  """Runs the sweep. Returns a list of row dicts, one per (scale, variant, m)."""
+  errors = {}  # (scale, variant, m) -> [mse per sample]
+  norms = {}  # scale -> [mean |x| of scaled queries and keys, logit std]
+  steps = [(s, i) for s in cfg.input_scales for i in range(cfg.samples)]
+  for scale, sample in tqdm.tqdm(steps, desc="approx-error", unit="sample", disable=not progress):
+    q, k, v = _inputs(cfg, scale, sample)
+    x, y = q[0, :, 0] * cfg.dim ** -0.25, k[0, :, 0] * cfg.dim ** -0.25
+    norms.setdefault(scale, []).append(
+        (float(jnp.mean(jnp.linalg.norm(x, axis=-1))), float(jnp.mean(jnp.linalg.norm(y, axis=-1))),
+         float(jnp.std(x @ y.T))))
+    exact = _exact(q, k, v)
+    for m in cfg.features:
+      by_projection = {}  # (kind, scaling) -> {kernel: W}
+      for variant in cfg.variants:
+        kernel, kind, scaling = variant
+        by_projection.setdefault((kind, scaling), {})[kernel] = projection_for(cfg, variant, m, sample)
+      for (kind, scaling), W_by_kernel in by_projection.items():
+        for kernel, mse in _squared_errors(q, k, v, W_by_kernel, exact).items():
+          errors.setdefault((scale, (kernel, kind, scaling), m), []).append(float(mse))
+
+  rows = []
+  for (scale, (kernel, kind, scaling), m), mses in errors.items():
+    stats = np.asarray(norms[scale])
+    rows.append({
+        "kernel": kernel, "projection": kind, "scaling": scaling, "m": m,
+        "mse_mean": float(np.mean(mses)), "mse_std": float(np.std(mses)),
+        "mse_median": float(np.median(mses)), "mse_min": float(np.min(mses)),
+        "mse_max": float(np.max(mses)), "samples": len(mses),
+        "L": cfg.seq_len, "d": cfg.dim, "seed": cfg.seed, "input_scale": scale,
+        "query_norm_mean": float(stats[:, 0].mean()), "key_norm_mean": float(stats[:, 1].mean()),
+        "logit_std": float(stats[:, 2].mean()),
+    })
+  return rows
+
+
+def main(cfg, out, *, progress=True):
+  """Runs `cfg`, writes the JSON result to `out`, returns (rows, seconds)."""
+  start = time.perf_counter()
+  rows = run(cfg, progress=progress)
+  seconds = time.perf_counter() - start
+  write_result(out, "approx_error", cfg, rows, wall_seconds=round(seconds, 1))
+  return rows, seconds

@@ -1,0 +1,68 @@
+"""Writing experiment results: one JSON file per run, stamped and atomic."""
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import tempfile
+
+import jax
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+
+def environment():
+  """Versions and device of this run, as a JSON-ready dict."""
+  import flax  # pylint: disable=import-outside-toplevel
+  device = jax.devices()[0]
+  return {
+      "python": platform.python_version(),
+      "jax": jax.__version__,
+      "flax": flax.__version__,
+      "numpy": np.__version__,
+      "backend": jax.default_backend(),
+      "device": device.device_kind,
+      "device_count": jax.device_count(),
+      "machine": platform.machine(),
+  }
+
+
+def write_result(path, experiment, config, rows, *, wall_seconds=None):
+  """Writes {schema_version, experiment, config, environment, rows, ...} to path.
+
+  The file appears complete or not at all: it is written under a temporary
+  name in the same folder and renamed when done.
+
+  Args:
+    path: output file (.json); parent folders are created.
+    experiment: experiment name, e.g. "approx_error".
+    config: a dataclass or dict, stored as the resolved configuration.
+    rows: list of dicts of JSON-serialisable values.
+    wall_seconds: optional run time to record.
+
+  Returns:
+    The path written.
+  """
+  record = {
+      "schema_version": SCHEMA_VERSION,
+      "experiment": experiment,
+      "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "wall_seconds": wall_seconds,
+      "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
+      "environment": environment(),
+      "rows": rows,
+  }
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+  try:
+    with os.fdopen(fd, "w") as f:
+      json.dump(record, f, indent=1)
+      f.write("\n")
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+  return path

@@ -1,0 +1,105 @@
+"""approx-error: rows, orderings on a small real sweep, and bad configurations."""
+
+import json
+
+import numpy as np
+import pytest
+
+from performer.errors import UserError
+from performer.experiments import approx_error
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+  cfg = approx_error.ApproxErrorConfig(
+      seq_len=256, dim=16, features=(8, 64), samples=8, input_scales=(0.5, 2.0),
+      variants=(("positive", "orthogonal", "chi"), ("positive", "iid", "chi"),
+                ("trig", "orthogonal", "chi"), ("trig", "iid", "chi")))
+  out = tmp_path_factory.mktemp("ae") / "sub" / "result.json"
+  rows, _ = approx_error.main(cfg, str(out), progress=False)
+  return cfg, rows, out
+
+
+def _mse(rows, scale, kernel, kind, m, stat="mse_median"):
+  (row,) = [r for r in rows if (r["input_scale"], r["kernel"], r["projection"], r["m"])
+            == (scale, kernel, kind, m)]
+  return row[stat]
+
+
+def test_writes_complete_rows(small_run):
+  cfg, rows, out = small_run
+  record = json.loads(out.read_text())
+  assert record["experiment"] == "approx_error" and record["rows"] == rows
+  assert record["config"]["seq_len"] == 256 and record["environment"]["jax"]
+  assert len(rows) == 2 * 4 * 2  # scales x variants x m
+  for row in rows:
+    for key in ("kernel", "projection", "scaling", "m", "mse_mean", "mse_std", "mse_median",
+                "samples", "L", "d", "seed", "input_scale", "query_norm_mean", "logit_std"):
+      assert key in row
+    assert row["samples"] == 8 and row["mse_min"] <= row["mse_median"] <= row["mse_max"]
+  # The documented normalisation: scaled |x| ~ s, logit std ~ s^2 / sqrt(d).
+  for row in rows:
+    s = row["input_scale"]
+    assert abs(row["query_norm_mean"] - s) < 0.1 * s
+    assert abs(row["logit_std"] - s * s / 4) < 0.15 * s * s / 4
+  assert not list(out.parent.glob(".tmp-*"))  # no temporary file left behind
+
+
+def test_orderings_hold(small_run):
+  _, rows, _ = small_run
+  for kernel in ("positive", "trig"):  # more features, less error
+    assert _mse(rows, 0.5, kernel, "orthogonal", 64) < _mse(rows, 0.5, kernel, "orthogonal", 8)
+  # Small kernel values (scale 2): positive beats trig by orders of magnitude.
+  for m in (8, 64):
+    assert _mse(rows, 2.0, "positive", "orthogonal", m) * 100 < _mse(rows, 2.0, "trig", "orthogonal", m)
+  # Near-uniform attention (scale 0.5): trig is the more accurate one.
+  assert _mse(rows, 0.5, "trig", "orthogonal", 64) < _mse(rows, 0.5, "positive", "orthogonal", 64)
+  # Orthogonal below iid at every m; by a wide margin for trig once whole
+  # d x d blocks are used (m=64), modestly for positive (Theorem 2: ~2/(d+2)).
+  for kernel in ("positive", "trig"):
+    for m in (8, 64):
+      assert _mse(rows, 0.5, kernel, "orthogonal", m) < _mse(rows, 0.5, kernel, "iid", m)
+  assert _mse(rows, 0.5, "trig", "orthogonal", 64) * 3 < _mse(rows, 0.5, "trig", "iid", 64)
+
+
+def test_mse_matches_an_independent_computation():
+  cfg = approx_error.ApproxErrorConfig(seq_len=64, dim=8, features=(16,), samples=2,
+                                       input_scales=(1.0,),
+                                       variants=(("positive", "iid", "chi"),))
+  (row,) = approx_error.run(cfg, progress=False)
+  mses = []
+  for sample in range(2):
+    q, k, v = (np.asarray(a[0, :, 0], np.float64) for a in approx_error._inputs(cfg, 1.0, sample))
+    W = np.asarray(approx_error.projection_for(cfg, ("positive", "iid", "chi"), 16, sample),
+                   np.float64)
+    logits = q @ k.T / np.sqrt(8)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    exact = (p / p.sum(1, keepdims=True)) @ v
+    x, y = q * 8 ** -0.25, k * 8 ** -0.25
+    phi = lambda z: np.exp(z @ W.T - 0.5 * (z * z).sum(1, keepdims=True)) / 4.0
+    a = phi(x) @ phi(y).T
+    mses.append(np.mean(((a @ v) / a.sum(1, keepdims=True) - exact) ** 2))
+  assert row["mse_mean"] == pytest.approx(np.mean(mses), rel=1e-3)
+  assert row["mse_median"] == pytest.approx(np.median(mses), rel=1e-3)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(seq_len=0), ">= 1"),
+    (dict(features=()), "non-empty"),
+    (dict(input_scales=(0.0,)), "> 0"),
+    (dict(variants=(("relu", "iid", "chi"),)), "not a softmax kernel"),
+    (dict(variants=(("positive", "qr", "chi"),)), "projection kind"),
+    (dict(dim=12, variants=(("positive", "hadamard", "chi"),)), "power of two"),
+])
+def test_bad_configurations_are_user_errors(kwargs, match):
+  with pytest.raises(UserError, match=match):
+    approx_error.ApproxErrorConfig(**kwargs)
+
+
+def test_parse_variants():
+  assert approx_error.parse_variants("positive/iid/chi, trig/orthogonal/sqrt_d") == (
+      ("positive", "iid", "chi"), ("trig", "orthogonal", "sqrt_d"))
+  with pytest.raises(UserError, match="kernel/projection/scaling"):
+    approx_error.parse_variants("positive/iid")
+  assert all(v[1] != "hadamard" for v in approx_error.default_variants(12))
+  assert any(v[1] == "hadamard" for v in approx_error.default_variants(16))

@@ -1,0 +1,49 @@
+"""mse-vs-m figure: renders from a small JSON fixture; bad inputs are user errors."""
+
+import json
+
+import matplotlib.image
+import pytest
+
+from performer import figures
+from performer.errors import UserError
+
+
+def _row(kernel, kind, scaling, m, scale, mse):
+  return {"kernel": kernel, "projection": kind, "scaling": scaling, "m": m,
+          "mse_mean": mse, "mse_std": mse / 2, "mse_median": mse * 0.9, "samples": 3,
+          "input_scale": scale, "L": 64, "d": 8, "query_norm_mean": scale}
+
+
+def _write(path, record):
+  path.write_text(json.dumps(record))
+  return str(path)
+
+
+def test_renders_a_png_with_one_row_per_scale(tmp_path):
+  rows = [_row(k, p, s, m, scale, 1e-3 / m)
+          for k, p, s in (("positive", "orthogonal", "chi"), ("trig", "iid", "chi"),
+                          ("positive", "orthogonal", "sqrt_d"))
+          for m in (4, 8, 16) for scale in (0.5, 2.0)]
+  src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
+  out = tmp_path / "figs" / "fig.png"
+  figures.render("mse-vs-m", src, str(out))
+  image = matplotlib.image.imread(out)
+  assert image.shape[0] > 800 and image.shape[1] > 1000  # two rows of two panels
+  assert not list(out.parent.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "no such file"),
+    ("{not json", "not a JSON result"),
+    ({"experiment": "speed", "rows": [{}]}, "expected a 'approx_error' result"),
+    ({"experiment": "approx_error", "rows": []}, "no rows"),
+    ({"experiment": "approx_error", "rows": [{"kernel": "positive"}]}, "row 0 lacks"),
+])
+def test_bad_input_files(tmp_path, content, match):
+  path = tmp_path / "r.json"
+  if content is not None:
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+  with pytest.raises(UserError, match=match):
+    figures.render("mse-vs-m", str(path), str(tmp_path / "out.png"))
+  assert not (tmp_path / "out.png").exists()

@@ -1,0 +1,59 @@
+"""The `performer` command as a user runs it: help, stubs, errors, a tiny real run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SUBCOMMANDS = ("prepare-trembl", "prepare-pg19", "train", "eval", "approx-error", "speed", "figure")
+
+
+def _run(*args, cwd=None):
+  return subprocess.run([sys.executable, "-m", "performer.cli", *args], capture_output=True,
+                        text=True, cwd=cwd, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def test_help_lists_every_subcommand():
+  result = _run("--help")
+  assert result.returncode == 0
+  for name in SUBCOMMANDS:
+    assert name in result.stdout
+
+
+@pytest.mark.parametrize("name", ["prepare-trembl", "prepare-pg19", "train", "eval", "speed"])
+def test_planned_subcommands_say_not_implemented(name):
+  result = _run(name, "--some-flag", "value")
+  assert result.returncode == 2
+  assert result.stderr.strip() == f"performer {name}: not implemented yet"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("approx-error", "--seq-len", "0"), "seq_len, dim and samples must be >= 1"),
+    (("approx-error", "--features", "8,x"), "comma-separated integers"),
+    (("approx-error", "--dim", "12", "--variants", "positive/hadamard/chi"), "power of two"),
+    (("approx-error", "--variants", "positive"), "kernel/projection/scaling"),
+    (("figure", "mse-vs-m", "--input", "/nonexistent/r.json"), "no such file"),
+    (("figure", "nope"), "invalid choice"),
+])
+def test_user_errors_are_one_line_with_nonzero_exit(args, message):
+  result = _run(*args)
+  assert result.returncode == 2
+  assert "Traceback" not in result.stderr
+  assert message in result.stderr.strip().splitlines()[-1]  # after argparse's usage lines
+
+
+def test_tiny_approx_error_run_and_figure(tmp_path):
+  out = tmp_path / "ae.json"
+  result = _run("approx-error", "--seq-len", "32", "--dim", "8", "--features", "4,8",
+                "--samples", "2", "--input-scale", "1", "--variants",
+                "positive/orthogonal/chi,trig/iid/chi", "--out", str(out))
+  assert result.returncode == 0, result.stderr
+  assert "median MSE at m=8" in result.stdout
+  rows = json.loads(out.read_text())["rows"]
+  assert {(r["kernel"], r["m"]) for r in rows} == {("positive", 4), ("positive", 8),
+                                                     ("trig", 4), ("trig", 8)}
+  result = _run("figure", "mse-vs-m", "--input", str(out), "--out", str(tmp_path / "f.png"))
+  assert result.returncode == 0, result.stderr
+  assert (tmp_path / "f.png").stat().st_size > 10_000
