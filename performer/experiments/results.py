@@ -3,12 +3,12 @@
 import dataclasses
 import datetime
 import json
-import os
 import platform
-import tempfile
 
 import jax
 import numpy as np
+
+from performer.atomic import atomic_path
 
 SCHEMA_VERSION = 1
 
@@ -54,15 +54,7 @@ def write_result(path, experiment, config, rows, *, wall_seconds=None):
       "environment": environment(),
       "rows": rows,
   }
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(record, f, indent=1)
-      f.write("\n")
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
+  with atomic_path(path) as tmp, open(tmp, "w") as f:
+    json.dump(record, f, indent=1)
+    f.write("\n")
   return path

@@ -1,9 +1,8 @@
 """Reading result files and writing figures, shared by every figure module."""
 
 import json
-import os
-import tempfile
 
+from performer.atomic import atomic_path
 from performer.errors import UserError
 
 
@@ -39,14 +38,5 @@ def load_rows(path, experiment, required):
 
 def save_figure(fig, out_path):
   """Saves a matplotlib figure atomically (temporary name, then rename)."""
-  folder = os.path.dirname(os.path.abspath(out_path))
-  os.makedirs(folder, exist_ok=True)
-  ext = os.path.splitext(out_path)[1] or ".png"
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=ext)
-  os.close(fd)
-  try:
+  with atomic_path(out_path) as tmp:
     fig.savefig(tmp, dpi=130)
-    os.replace(tmp, out_path)
-  except BaseException:
-    os.unlink(tmp)
-    raise

@@ -1,0 +1,33 @@
+"""atomic_path: complete file or nothing, usual permissions."""
+
+import os
+import stat
+
+import pytest
+
+from performer.atomic import atomic_path
+
+
+def test_success_renames_with_umask_mode(tmp_path):
+  target = tmp_path / "a" / "out.json"
+  with atomic_path(str(target)) as tmp:
+    with open(tmp, "w") as f:
+      f.write("done")
+    assert not target.exists()  # nothing visible until the block completes
+  assert target.read_text() == "done"
+  umask = os.umask(0)
+  os.umask(umask)
+  assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+  assert os.listdir(target.parent) == ["out.json"]
+
+
+def test_failure_leaves_the_old_file_and_no_temporary(tmp_path):
+  target = tmp_path / "out.json"
+  target.write_text("old")
+  with pytest.raises(RuntimeError):
+    with atomic_path(str(target)) as tmp:
+      with open(tmp, "w") as f:
+        f.write("half")
+      raise RuntimeError("interrupted")
+  assert target.read_text() == "old"
+  assert os.listdir(tmp_path) == ["out.json"]
