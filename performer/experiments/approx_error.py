@@ -23,7 +23,7 @@ import tqdm
 
 from performer import favor
 from performer.errors import UserError
-from performer.experiments.results import write_result
+from performer.experiments.results import check_writable, write_result
 
 # (kernel, projection kind, scaling): the paper's curves, then H-/G-ORF.
 DEFAULT_VARIANTS = (
@@ -56,6 +56,8 @@ class ApproxErrorConfig:
                       f"{self.dim}, {self.samples}")
     if not self.features or min(self.features) < 1:
       raise UserError(f"features must be a non-empty list of counts >= 1, got {self.features}")
+    if len(set(self.variants)) != len(self.variants):
+      raise UserError(f"variants are listed twice: {self.variants}")
     if not self.input_scales or min(self.input_scales) <= 0:
       raise UserError(f"input scales must be > 0, got {self.input_scales}")
     for kernel, kind, scaling in self.variants:
@@ -153,7 +155,13 @@ def run(cfg, *, progress=True):
 
 
 def main(cfg, out, *, progress=True):
-  """Runs `cfg`, writes the JSON result to `out`, returns (rows, seconds)."""
+  """Runs `cfg`, writes the JSON result to `out`, returns (rows, seconds).
+
+  Raises:
+    UserError: `out` is a folder or its folder cannot be written (checked
+      before the sweep, not after minutes of work).
+  """
+  check_writable(out)
   start = time.perf_counter()
   rows = run(cfg, progress=progress)
   seconds = time.perf_counter() - start

@@ -90,6 +90,7 @@ def test_mse_matches_an_independent_computation():
     (dict(variants=(("relu", "iid", "chi"),)), "not a softmax kernel"),
     (dict(variants=(("positive", "qr", "chi"),)), "projection kind"),
     (dict(dim=12, variants=(("positive", "hadamard", "chi"),)), "power of two"),
+    (dict(variants=(("positive", "iid", "chi"),) * 2), "listed twice"),
 ])
 def test_bad_configurations_are_user_errors(kwargs, match):
   with pytest.raises(UserError, match=match):
@@ -103,3 +104,14 @@ def test_parse_variants():
     approx_error.parse_variants("positive/iid")
   assert all(v[1] != "hadamard" for v in approx_error.default_variants(12))
   assert any(v[1] == "hadamard" for v in approx_error.default_variants(16))
+
+
+def test_unwritable_output_fails_before_the_sweep(tmp_path):
+  cfg = approx_error.ApproxErrorConfig(seq_len=8, dim=4, features=(4,), samples=1,
+                                       input_scales=(1.0,))
+  with pytest.raises(UserError, match="is a folder"):
+    approx_error.main(cfg, str(tmp_path), progress=False)
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(UserError, match="cannot create folder"):
+    approx_error.main(cfg, str(blocker / "sub" / "r.json"), progress=False)

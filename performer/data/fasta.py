@@ -1,0 +1,178 @@
+"""Streaming FASTA reading: whole-record blocks in constant memory, parsed in workers.
+
+`read_blocks` runs in the main process and only decompresses and cuts the
+stream at record boundaries (it also hashes the raw file bytes for the
+manifest). `parse_block` runs in worker processes: it splits lines, applies
+the residue rules and returns flat arrays that are cheap to send back.
+"""
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import zlib
+
+import numpy as np
+
+from performer.data import vocab
+from performer.errors import UserError
+
+BLOCK_BYTES = 1 << 22
+POLICIES = ("skip", "map-to-x", "fail")
+BOM = b"\xef\xbb\xbf"
+
+
+class _HashingReader(io.RawIOBase):
+  """A raw file wrapper that feeds every byte read into a sha256."""
+
+  def __init__(self, f):
+    super().__init__()
+    self._f = f
+    self.sha256 = hashlib.sha256()
+
+  def readable(self):
+    return True
+
+  def readinto(self, buffer):
+    n = self._f.readinto(buffer)
+    self.sha256.update(memoryview(buffer)[:n])
+    return n
+
+
+def read_blocks(path, digest_out, block_bytes=BLOCK_BYTES):
+  """Yields (block, first_line_number, raw_bytes_read): whole FASTA records.
+
+  Plain or gzip input (detected from its magic bytes); a UTF-8 byte-order mark
+  is dropped. After the last block, digest_out["sha256"] and digest_out["bytes"]
+  describe the raw file.
+
+  Raises:
+    UserError: unreadable file, truncated or corrupt gzip, empty input, or
+      text that does not start with a '>' header.
+  """
+  try:
+    raw = open(path, "rb")  # pylint: disable=consider-using-with
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  with raw:
+    hashing = _HashingReader(raw)
+    buffered = io.BufferedReader(hashing, 1 << 20)
+    stream = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b" else buffered
+    carry, line, first = b"", 1, True
+    while True:
+      try:
+        data = stream.read(block_bytes)
+      except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise UserError(f"{path}: truncated or corrupt gzip data ({e})") from None
+      if first:
+        data = data[len(BOM):] if data.startswith(BOM) else data
+        head = data.lstrip()
+        if not head:
+          raise UserError(f"{path}: empty file, no FASTA records")
+        if not head.startswith(b">"):
+          raise UserError(f"{path}:1: not FASTA: the first line does not start with '>'")
+        first = False
+      if not data:
+        break
+      buf = carry + data
+      cut = buf.rfind(b"\n>")
+      if cut < 0:
+        carry = buf
+        continue
+      yield buf[:cut + 1], line, raw.tell()
+      line += buf.count(b"\n", 0, cut + 1)
+      carry = buf[cut + 1:]
+    if carry:
+      yield carry, line, raw.tell()
+    digest_out["sha256"] = hashing.sha256.hexdigest()
+    digest_out["bytes"] = raw.tell()
+
+
+@dataclasses.dataclass
+class Parsed:
+  """The records of one block, flattened. n records, T tokens in all."""
+  tokens: np.ndarray  # [T] uint8 token ids, record after record
+  offsets: np.ndarray  # [n + 1] int64 starts of records in `tokens`
+  accessions: list  # n str
+  digests: np.ndarray  # [n] uint64 salted hash of each record's tokens
+  counts: dict  # rule name -> number of records it touched
+
+
+def accession(header):
+  """UniProt 'tr|A0A023GPI8|NAME ...' -> 'A0A023GPI8'; else the first word."""
+  word = header.split(None, 1)[0] if header.strip() else ""
+  parts = word.split("|")
+  return parts[1] if len(parts) >= 3 else word
+
+
+def parse_block(args):
+  """Parses one block from `read_blocks` (runs in a worker process).
+
+  Args:
+    args: (block, first_line, path, policy, salt); policy in POLICIES
+      decides what happens to a record with characters outside the 25
+      amino-acid letters: `skip` drops the record, `map-to-x` turns them
+      into X, `fail` raises. Lower case is folded to upper case and one
+      trailing '*' (stop codon) is dropped first. Records without residues
+      are dropped under `skip` and `map-to-x`.
+
+  Returns:
+    `Parsed`.
+
+  Raises:
+    UserError: under `fail`, naming file, line and record; or text before
+      the first header.
+  """
+  block, first_line, path, policy, salt = args
+  counts = dict.fromkeys(("records", "upper_cased", "stop_dropped", "mapped_to_x",
+                          "skipped_invalid", "skipped_empty"), 0)
+  pieces, offsets, accessions, digests = [], [0], [], []
+  header, header_line, seq = None, 0, []
+
+  def finish():
+    counts["records"] += 1
+    residues = b"".join(seq)
+    name = accession(header)
+    if residues.endswith(b"*"):
+      residues = residues[:-1]
+      counts["stop_dropped"] += 1
+    if not residues:
+      if policy == "fail":
+        raise UserError(f"{path}:{header_line}: record {name!r} has no sequence")
+      counts["skipped_empty"] += 1
+      return
+    if residues != residues.upper():
+      counts["upper_cased"] += 1
+    ids = vocab.encode(residues)
+    bad = ids == vocab.INVALID
+    if bad.any():
+      char = chr(residues[int(np.argmax(bad))])
+      if policy == "fail":
+        raise UserError(f"{path}:{header_line}: record {name!r} has {char!r}, not one of the "
+                        f"25 amino-acid letters (use --invalid skip or map-to-x)")
+      if policy == "skip":
+        counts["skipped_invalid"] += 1
+        return
+      ids[bad] = vocab.X
+      counts["mapped_to_x"] += 1
+    pieces.append(ids)
+    offsets.append(offsets[-1] + len(ids))
+    accessions.append(name)
+    digests.append(int.from_bytes(hashlib.blake2b(ids.tobytes(), digest_size=8,
+                                                  key=salt).digest(), "little"))
+
+  for i, raw_line in enumerate(block.split(b"\n")):
+    text = raw_line.strip()  # also drops the '\r' of Windows line endings
+    if text.startswith(b">"):
+      if header is not None:
+        finish()
+      header, header_line, seq = text[1:].decode("utf-8", "replace"), first_line + i, []
+    elif text:
+      if header is None:
+        raise UserError(f"{path}:{first_line + i}: sequence text before the first '>' header")
+      seq.append(text)
+  if header is not None:
+    finish()
+  tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+  return Parsed(tokens, np.asarray(offsets, np.int64), accessions,
+                np.asarray(digests, np.uint64), counts)

@@ -1,0 +1,67 @@
+"""Small real datasets fetched from PyPI packages (no download outside the registry).
+
+* protein: a real bacterial proteome (2,100 Prodigal-predicted proteins,
+  ~680k residues, '*' terminators) shipped in the wheel of `pyhmmer` 0.12.3
+  (MIT licence) as pyhmmer/tests/data/seqs/938293.PRJEB85.HG003687.faa.
+* book: Natsume Soseki's "Botchan" (Project Gutenberg #8868, public domain in
+  the USA), with its byte-order mark, CRLF line endings and Gutenberg header
+  and footer, shipped in the source distribution of `sentencepiece` 0.2.3
+  (Apache-2.0) as test/botchan.txt.
+
+Files are cached under $PERFORMER_CACHE (default ~/.cache/performer).
+See data/README.md.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+from performer.atomic import atomic_path
+from performer.errors import UserError
+
+SAMPLES = {
+    "protein": ("pyhmmer==0.12.3", "--only-binary=:all:",
+                "pyhmmer/tests/data/seqs/938293.PRJEB85.HG003687.faa", "938293.PRJEB85.HG003687.faa"),
+    "book": ("sentencepiece==0.2.3", "--no-binary=:all:",
+             "sentencepiece-0.2.3/test/botchan.txt", "botchan.txt"),
+}
+
+
+def cache_dir():
+  return os.environ.get("PERFORMER_CACHE", os.path.expanduser("~/.cache/performer"))
+
+
+def fetch(name):
+  """Returns the local path of sample `name` ('protein' or 'book'), fetching it once.
+
+  Raises:
+    UserError: pip cannot download the package, or it lacks the expected file.
+  """
+  requirement, binary_flag, member, filename = SAMPLES[name]
+  path = os.path.join(cache_dir(), "samples", filename)
+  if os.path.exists(path):
+    return path
+  with tempfile.TemporaryDirectory() as tmp:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", binary_flag,
+           "--dest", tmp, requirement]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    archives = os.listdir(tmp)
+    if done.returncode or not archives:
+      last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+      raise UserError(f"could not download {requirement} from PyPI for the {name} sample: {last}")
+    archive = os.path.join(tmp, archives[0])
+    with atomic_path(path) as out, open(out, "wb") as f:
+      try:
+        if archive.endswith(".whl"):
+          with zipfile.ZipFile(archive) as z, z.open(member) as src:
+            shutil.copyfileobj(src, f)
+        else:
+          with tarfile.open(archive) as t:
+            shutil.copyfileobj(t.extractfile(member), f)
+      except (KeyError, AttributeError):
+        raise UserError(f"{archives[0]} has no {member}") from None
+  return path

@@ -1,0 +1,319 @@
+"""prepare-trembl: UniProt FASTA -> token shards with the paper's splits (App. C.1).
+
+Stream every input once. Each record is validated and tokenized (fasta.py),
+optionally dropped as a duplicate, and assigned to a split: `ood` if its
+accession belongs to a held-out family, otherwise train/valid/test from a
+salted hash of its sequence, so duplicates always share a split. Two tasks are
+written per split: `single` (each sequence clipped to seq_len) and `concat`
+(sequences joined with EOS and cut into non-overlapping concat_len chunks).
+Everything is built in `<out>.tmp` and renamed to `<out>` at the end.
+"""
+
+import collections
+import dataclasses
+import gzip
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import time
+
+import numpy as np
+import tqdm
+
+from performer import __version__
+from performer.data import fasta, stats, vocab
+from performer.data.shards import ShardWriter
+from performer.errors import UserError
+
+# Table 1: 104,863,744 train / 102,400 valid / 1,033,216 test sequences.
+_TABLE1_IID = 104_863_744 + 102_400 + 1_033_216
+VALID_FRACTION = 102_400 / _TABLE1_IID
+TEST_FRACTION = 1_033_216 / _TABLE1_IID
+FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".seq")
+SPLITS = ("train", "valid", "test", "ood")
+
+
+@dataclasses.dataclass(frozen=True)
+class TremblConfig:
+  """Options of prepare-trembl; every field is recorded in the manifest."""
+  inputs: tuple[str, ...]
+  seq_len: int = 1024
+  concat_len: int = 8192
+  valid_fraction: float = VALID_FRACTION
+  test_fraction: float = TEST_FRACTION
+  families: str | None = None
+  ood_families: tuple[str, ...] = ()
+  ood_fraction: float = 0.01
+  invalid: str = "skip"
+  dedup: bool = True
+  seed: int = 0
+  shard_tokens: int = 1 << 26
+
+  def __post_init__(self):
+    if self.invalid not in fasta.POLICIES:
+      raise UserError(f"--invalid must be one of {fasta.POLICIES}, got {self.invalid!r}")
+    if self.seq_len < 1 or self.concat_len < 2 or self.shard_tokens < 1:
+      raise UserError("--seq-len, --concat-len and --shard-tokens must be positive")
+    if not (0 <= self.valid_fraction and 0 <= self.test_fraction
+            and self.valid_fraction + self.test_fraction < 1):
+      raise UserError("--valid-fraction and --test-fraction must be >= 0 and sum to < 1")
+    if not 0 <= self.ood_fraction < 1:
+      raise UserError(f"--ood-fraction must be in [0, 1), got {self.ood_fraction}")
+    if (self.ood_families or self.ood_fraction != 0.01) and not self.families:
+      raise UserError("--ood-families and --ood-fraction need a --families mapping")
+
+
+def expand_inputs(paths):
+  """Files and folders -> sorted list of FASTA files (plain or .gz)."""
+  files = []
+  for path in paths:
+    if os.path.isdir(path):
+      found = sorted(os.path.join(path, n) for n in os.listdir(path)
+                     if n.removesuffix(".gz").endswith(FASTA_SUFFIXES))
+      if not found:
+        raise UserError(f"{path}: folder holds no FASTA files ({', '.join(FASTA_SUFFIXES)}, "
+                        "optionally .gz)")
+      files.extend(found)
+    elif os.path.isfile(path):
+      files.append(path)
+    else:
+      raise UserError(f"{path}: no such file or folder")
+  return files
+
+
+def _fraction(text, salt):
+  """A deterministic number in [0, 1) from a string."""
+  digest = hashlib.blake2b(text.encode(), digest_size=8, key=salt).digest()
+  return int.from_bytes(digest, "little") / 2.0 ** 64
+
+
+def load_held_out(cfg, salt):
+  """Reads the accession -> family mapping; keeps only held-out accessions.
+
+  Accepts Pfam's Pfam-A.regions.uniprot.tsv(.gz) (header with uniprot_acc and
+  pfamA_acc) or any two-column 'accession family' text file. Families are
+  held out if listed in cfg.ood_families, else if a hash of their id falls
+  below cfg.ood_fraction.
+
+  Returns:
+    (accessions: set, held_out_families: sorted list, family_count: int).
+  """
+  opener = gzip.open if cfg.families.endswith(".gz") else open
+  wanted = set(cfg.ood_families)
+  accessions, held, families = set(), set(), set()
+  cols = (0, 1)
+  try:
+    with opener(cfg.families, "rt") as f:
+      for line_no, line in enumerate(f, 1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+          continue
+        if "pfamA_acc" in fields:
+          cols = (fields.index("uniprot_acc") if "uniprot_acc" in fields else 0,
+                  fields.index("pfamA_acc"))
+          continue
+        if len(fields) <= max(cols):
+          raise UserError(f"{cfg.families}:{line_no}: expected an accession and a family id")
+        acc, family = fields[cols[0]], fields[cols[1]]
+        families.add(family)
+        if family in wanted or (not wanted and _fraction(family, salt) < cfg.ood_fraction):
+          accessions.add(acc)
+          held.add(family)
+  except OSError as e:
+    raise UserError(f"{cfg.families}: {e.strerror or e}") from None
+  missing = wanted - families
+  if missing:
+    raise UserError(f"{cfg.families}: no such families: {', '.join(sorted(missing))}")
+  return accessions, sorted(held), len(families)
+
+
+class _Concat:
+  """Joins sequences with EOS and emits non-overlapping chunks of exactly `length`."""
+
+  def __init__(self, writer, length):
+    self.writer, self.length = writer, length
+    self.buffer, self.buffered, self.chunks = [], 0, 0
+
+  def add(self, tokens):
+    self.buffer += [tokens, np.array([vocab.EOS], np.uint8)]
+    self.buffered += len(tokens) + 1
+    if self.buffered >= self.length:
+      joined = np.concatenate(self.buffer)
+      n = len(joined) // self.length
+      for i in range(n):
+        self.writer.add(joined[i * self.length:(i + 1) * self.length])
+      self.chunks += n
+      rest = joined[n * self.length:]
+      self.buffer, self.buffered = [rest], len(rest)
+
+  def close(self):
+    """Writes the last shard; returns the chunk statistics."""
+    self.index = self.writer.close()
+    return {"count": self.chunks, "length": self.length, "dropped_tail_tokens": self.buffered}
+
+
+def _fingerprint(cfg, files):
+  return {"kind": "trembl", "options": dataclasses.asdict(cfg),
+          "inputs": [{"path": p, "bytes": os.path.getsize(p)} for p in files]}
+
+
+def _check_out(out, fingerprint, force):
+  """Returns True if `out` already holds this very dataset."""
+  manifest = os.path.join(out, "manifest.json")
+  if not os.path.exists(out):
+    return False
+  if os.path.isfile(manifest):
+    with open(manifest) as f:
+      old = json.load(f).get("fingerprint")
+    if old == fingerprint and not force:
+      return True
+    if not force:
+      raise UserError(f"{out} already holds a different dataset (its manifest.json lists other "
+                      "inputs or options); choose another --out or pass --force")
+  elif os.listdir(out) and not force:
+    raise UserError(f"{out} exists and is not a prepared dataset; choose another --out")
+  return False
+
+
+def _parsed_blocks(files, cfg, salt, workers, inputs):
+  """Yields (`fasta.Parsed`, raw bytes consumed) in input order, parsing in workers."""
+  pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
+  try:
+    for path in files:
+      digest, done = {}, 0
+      pending = collections.deque()
+      for block, line, position in fasta.read_blocks(path, digest):
+        task = (block, line, path, cfg.invalid, salt)
+        size, done = position - done, position
+        if pool is None:
+          yield fasta.parse_block(task), size
+          continue
+        pending.append((pool.apply_async(fasta.parse_block, (task,)), size))
+        if len(pending) > 2 * workers:  # bounded read-ahead: constant memory
+          result, size = pending.popleft()
+          yield result.get(), size
+      while pending:
+        result, size = pending.popleft()
+        yield result.get(), size
+      inputs.append({"path": path, **digest})
+  finally:
+    if pool is not None:
+      pool.terminate()
+
+
+def prepare(cfg, out, *, workers=None, force=False, progress=True):
+  """Runs prepare-trembl; returns the stats dict (also written to out/stats.json).
+
+  Args:
+    cfg: `TremblConfig`.
+    out: output folder; built in `out + ".tmp"`, renamed when complete.
+    workers: parsing processes (default: all cores).
+    force: replace an `out` that holds another dataset.
+
+  Raises:
+    UserError: bad inputs (see fasta.py), a bad families file, an `out` that
+      holds another dataset, or no usable record at all.
+  """
+  files = expand_inputs(cfg.inputs)
+  fingerprint = _fingerprint(cfg, files)
+  if _check_out(out, fingerprint, force):
+    print(f"{out} already holds this dataset (same inputs and options); nothing to do")
+    with open(os.path.join(out, "stats.json")) as f:
+      return json.load(f)
+  salt = f"performer-trembl-{cfg.seed}".encode()
+  held_out, held_families, family_count = (load_held_out(cfg, salt) if cfg.families
+                                           else (None, [], 0))
+  tmp = out.rstrip("/") + ".tmp"
+  shutil.rmtree(tmp, ignore_errors=True)
+  splits = SPLITS if held_out is not None else SPLITS[:3]
+  single = {s: ShardWriter(os.path.join(tmp, "single", s), np.uint8, cfg.shard_tokens)
+            for s in splits}
+  concat = {s: _Concat(ShardWriter(os.path.join(tmp, "concat", s), np.uint8, cfg.shard_tokens),
+                       cfg.concat_len) for s in splits}
+  lengths = {s: stats.LengthStats() for s in splits + ("all",)}
+  rules, seen, inputs = collections.Counter(), set(), []
+  duplicates = residues = 0
+  start = time.perf_counter()
+  bar = tqdm.tqdm(total=sum(os.path.getsize(p) for p in files), unit="B", unit_scale=True,
+                  desc="prepare-trembl", disable=not progress)
+  for parsed, size in _parsed_blocks(files, cfg, salt, workers or os.cpu_count() or 1, inputs):
+    rules.update(parsed.counts)
+    for i, name in enumerate(parsed.accessions):
+      digest = int(parsed.digests[i])
+      if cfg.dedup:
+        if digest in seen:
+          duplicates += 1
+          continue
+        seen.add(digest)
+      tokens = parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
+      if held_out is not None and name in held_out:
+        split = "ood"
+      else:
+        u = digest / 2.0 ** 64
+        split = ("valid" if u < cfg.valid_fraction else
+                 "test" if u < cfg.valid_fraction + cfg.test_fraction else "train")
+      lengths[split].add(len(tokens))
+      lengths["all"].add(len(tokens))
+      single[split].add(tokens[:cfg.seq_len])
+      concat[split].add(tokens)
+      residues += len(tokens)
+    bar.update(size)
+  bar.close()
+  seconds = time.perf_counter() - start
+  if residues == 0:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise UserError(f"no usable record in {', '.join(files)} ({dict(rules)})")
+
+  result = {
+      "records_read": rules.pop("records"),
+      "records_kept": sum(lengths[s].summary()["count"] for s in splits),
+      "duplicates_dropped": duplicates if cfg.dedup else "not deduplicated",
+      "rules": dict(sorted(rules.items())),
+      "single": {s: lengths[s].summary() for s in splits + ("all",)},
+      "single_clipped_to": cfg.seq_len,
+      "concat": {s: concat[s].close() for s in splits},
+      "ood": ({"families_in_mapping": family_count, "families_held_out": len(held_families),
+               "held_out": held_families[:50]} if held_out is not None
+              else "no family mapping given (--families): no OOD split"),
+  }
+  shard_index = {**{f"single/{s}": w.close() for s, w in single.items()},
+                 **{f"concat/{s}": c.index for s, c in concat.items()}}
+  manifest = {"format": "performer-token-shards-v1", "product": f"performer {__version__}",
+              "fingerprint": fingerprint, "inputs": inputs, "vocabulary": list(vocab.TOKENS),
+              "dtype": "uint8", "splits": list(splits), "tasks": ["single", "concat"],
+              "counts": {k: result[k] for k in ("records_read", "records_kept")},
+              "shards": {k: {"records": v["records"], "shards": len(v["shards"])}
+                         for k, v in shard_index.items()}}
+  _write_json(os.path.join(tmp, "stats.json"), result)
+  _write_json(os.path.join(tmp, "manifest.json"), manifest)
+  with open(os.path.join(tmp, "stats.md"), "w") as f:
+    f.write(_stats_markdown(result))
+  if os.path.exists(out):
+    shutil.rmtree(out)
+  os.replace(tmp, out)
+  print(f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
+        f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s -> {out}")
+  return result
+
+
+def _write_json(path, obj):
+  with open(path, "w") as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+    f.write("\n")
+
+
+def _stats_markdown(result):
+  concat = {s: {"count": c["count"], "min": c["length"], "max": c["length"],
+                "mean": c["length"], "std": 0, "median": c["length"]}
+            for s, c in result["concat"].items()}
+  rules = ", ".join(f"{k}: {v}" for k, v in result["rules"].items())
+  ood = result["ood"] if isinstance(result["ood"], str) else (
+      f"{result['ood']['families_held_out']} of {result['ood']['families_in_mapping']} "
+      "families held out")
+  return (stats.markdown_table(result["single"], "Single sequences (lengths before clipping)")
+          + "\n" + stats.markdown_table(concat, "Concatenated chunks") + "\n"
+          + f"Records read: {result['records_read']}; kept: {result['records_kept']}; "
+            f"duplicates dropped: {result['duplicates_dropped']}.\n\n"
+          + f"Residue rules (records touched): {rules}.\n\nOOD: {ood}.\n")
