@@ -42,8 +42,9 @@ def _approx_error(args):
     cells = [f"{r['kernel']}/{r['projection']}/{r['scaling']}={r['mse_median']:.2e}"
              for r in rows if r["input_scale"] == scale and r["m"] == m_max]
     print(f"  input scale {scale:g}: " + ", ".join(cells))
+  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
-        f"performer figure mse-vs-m --input {args.out}")
+        f"{program} figure mse-vs-m --input {args.out}")
 
 
 def _prepare_trembl(args):
@@ -82,7 +83,7 @@ def _parser():
       prog="performer",
       description="Reproduce 'Rethinking Attention with Performers' (Choromanski et al., "
                   "ICLR 2021): data preparation, training, FAVOR+ measurements and figures.")
-  sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+  sub = parser.subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
   p = sub.add_parser(
       "approx-error", help="MSE of FAVOR attention against exact softmax (Fig. 4)",
@@ -150,7 +151,8 @@ def _parser():
   p.set_defaults(func=_figure)
 
   for name, text in PLANNED.items():
-    p = sub.add_parser(name, help=f"{text} [not implemented yet]", description=text)
+    p = sub.add_parser(name, help=f"{text} [not implemented yet]",
+                       description=f"{text}. Not implemented yet.")
     p.set_defaults(func=None)
   return parser
 
@@ -163,7 +165,7 @@ def main(argv=None):
     print(f"performer {args.command}: not implemented yet", file=sys.stderr)
     return 2
   if unknown:
-    parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    parser.subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
   try:
     args.func(args)
   except UserError as e:

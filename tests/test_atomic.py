@@ -31,3 +31,24 @@ def test_failure_leaves_the_old_file_and_no_temporary(tmp_path):
       raise RuntimeError("interrupted")
   assert target.read_text() == "old"
   assert os.listdir(tmp_path) == ["out.json"]
+
+
+def test_special_files_are_written_in_place_not_replaced(tmp_path):
+  device = tmp_path / "null"
+  try:
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # like /dev/null
+  except PermissionError:
+    pytest.skip("mknod needs root")
+  with atomic_path(str(device)) as tmp:
+    assert tmp == str(device)
+    with open(tmp, "w") as f:
+      f.write("discarded")
+  assert stat.S_ISCHR(os.stat(device).st_mode)
+
+
+@pytest.mark.parametrize("bad, match", [("", "empty"), (None, "is a folder")])
+def test_unusable_paths_are_user_errors(tmp_path, bad, match):
+  from performer.errors import UserError  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match=match):
+    with atomic_path(str(tmp_path) if bad is None else bad):
+      pass

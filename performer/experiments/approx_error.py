@@ -13,6 +13,7 @@ the samples (the error is heavy-tailed across draws).
 """
 
 import dataclasses
+import math
 import time
 import zlib
 
@@ -22,8 +23,9 @@ import numpy as np
 import tqdm
 
 from performer import favor
+from performer.atomic import check_writable
 from performer.errors import UserError
-from performer.experiments.results import check_writable, write_result
+from performer.experiments.results import write_result
 
 # (kernel, projection kind, scaling): the paper's curves, then H-/G-ORF.
 DEFAULT_VARIANTS = (
@@ -54,25 +56,37 @@ class ApproxErrorConfig:
     if self.seq_len < 1 or self.dim < 1 or self.samples < 1:
       raise UserError(f"seq_len, dim and samples must be >= 1, got {self.seq_len}, "
                       f"{self.dim}, {self.samples}")
+    if not 0 <= self.seed < 2 ** 31 - 1:
+      raise UserError(f"seed must be in [0, 2^31 - 1), got {self.seed}")
     if not self.features or min(self.features) < 1:
       raise UserError(f"features must be a non-empty list of counts >= 1, got {self.features}")
-    if len(set(self.variants)) != len(self.variants):
-      raise UserError(f"variants are listed twice: {self.variants}")
-    if not self.input_scales or min(self.input_scales) <= 0:
-      raise UserError(f"input scales must be > 0, got {self.input_scales}")
+    if not self.input_scales or not all(math.isfinite(s) and s > 0 for s in self.input_scales):
+      raise UserError(f"input scales must be finite and > 0, got {self.input_scales}")
+    if not self.variants:
+      raise UserError("no variants given")
+    # Input draws are keyed by the scale in thousandths (see _inputs).
+    for name, values in (("features", self.features), ("variants", self.variants),
+                         ("input scales", [round(s * 1000) for s in self.input_scales])):
+      if len(set(values)) != len(values):
+        raise UserError(f"{name} must not repeat (input scales must differ by >= 0.001)")
     for kernel, kind, scaling in self.variants:
       if kernel not in favor.SOFTMAX_KERNELS:
         raise UserError(f"variant kernel {kernel!r} is not a softmax kernel; "
                         f"choose from {favor.SOFTMAX_KERNELS}")
-      if kind not in favor.KINDS or scaling not in favor.SCALINGS:
-        raise UserError(f"variant {kernel}/{kind}/{scaling}: projection kind must be one of "
-                        f"{favor.KINDS} and scaling one of {favor.SCALINGS}")
+      if kind not in favor.KINDS:
+        raise UserError(f"variant {kernel}/{kind}/{scaling}: unknown projection {kind!r}; "
+                        f"choose from {favor.KINDS}")
+      if scaling not in favor.SCALINGS:
+        raise UserError(f"variant {kernel}/{kind}/{scaling}: unknown scaling {scaling!r}; "
+                        f"choose from {favor.SCALINGS}")
       if kind == "hadamard" and self.dim & (self.dim - 1):
         raise UserError(f"hadamard projections need --dim a power of two, got {self.dim}")
 
 
 def parse_variants(text):
   """'positive/orthogonal/chi,trig/iid/chi' -> tuple of triples (UserError if malformed)."""
+  if not text.strip():
+    raise UserError("--variants is empty")
   variants = []
   for item in text.split(","):
     parts = tuple(item.strip().split("/"))

@@ -3,14 +3,12 @@
 import dataclasses
 import datetime
 import json
-import os
 import platform
 
 import jax
 import numpy as np
 
 from performer.atomic import atomic_path
-from performer.errors import UserError
 
 SCHEMA_VERSION = 1
 
@@ -29,19 +27,6 @@ def environment():
       "device_count": jax.device_count(),
       "machine": platform.machine(),
   }
-
-
-def check_writable(path):
-  """Raises UserError unless `path` can be written as a file (folders are created)."""
-  if os.path.isdir(path):
-    raise UserError(f"{path} is a folder; give a file name such as {os.path.join(path, 'result.json')}")
-  folder = os.path.dirname(os.path.abspath(path))
-  try:
-    os.makedirs(folder, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create folder {folder}: {e.strerror}") from None
-  if not os.access(folder, os.W_OK):
-    raise UserError(f"cannot write to folder {folder}")
 
 
 def write_result(path, experiment, config, rows, *, wall_seconds=None):

@@ -1,13 +1,20 @@
 """Reading result files and writing figures, shared by every figure module."""
 
 import json
+import math
+import os
 
-from performer.atomic import atomic_path
+from matplotlib.backend_bases import FigureCanvasBase
+
+from performer.atomic import atomic_path, check_writable
 from performer.errors import UserError
 
 
 def load_rows(path, experiment, required):
   """Loads a result JSON and checks it holds `experiment` rows with `required` keys.
+
+  `required` maps each key to its type: `str`, or `float` for a finite
+  number (bools excluded).
 
   Returns:
     (record, rows): the whole JSON object and its list of row dicts.
@@ -21,11 +28,13 @@ def load_rows(path, experiment, required):
       record = json.load(f)
   except FileNotFoundError:
     raise UserError(f"{path}: no such file") from None
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise UserError(f"{path}: not a JSON result file ({e})") from None
   if not isinstance(record, dict) or record.get("experiment") != experiment:
     found = record.get("experiment") if isinstance(record, dict) else type(record).__name__
-    raise UserError(f"{path}: expected a {experiment!r} result, found {found!r}")
+    raise UserError(f"{path}: expected an {experiment} result file, found {found!r}")
   rows = record.get("rows")
   if not isinstance(rows, list) or not rows:
     raise UserError(f"{path}: the result holds no rows")
@@ -33,10 +42,31 @@ def load_rows(path, experiment, required):
     missing = [k for k in required if not isinstance(row, dict) or k not in row]
     if missing:
       raise UserError(f"{path}: row {i} lacks {', '.join(missing)}")
+    for key, kind in required.items():
+      value = row[key]
+      ok = (isinstance(value, str) if kind is str else
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
+      if not ok:
+        raise UserError(f"{path}: row {i}: {key} = {value!r} is not a {kind.__name__}")
   return record, rows
 
 
+def check_figure_path(out_path):
+  """Returns the image format of out_path (png without an extension).
+
+  Raises:
+    UserError: a format matplotlib cannot write, or an unwritable path.
+  """
+  check_writable(out_path)
+  ext = os.path.splitext(out_path)[1][1:].lower() or "png"
+  formats = FigureCanvasBase.get_supported_filetypes()
+  if ext not in formats:
+    raise UserError(f"{out_path}: cannot write .{ext} images; use one of {', '.join(sorted(formats))}")
+  return ext
+
+
 def save_figure(fig, out_path):
-  """Saves a matplotlib figure atomically (temporary name, then rename)."""
+  """Saves a matplotlib figure atomically, in the format its extension names."""
+  ext = check_figure_path(out_path)
   with atomic_path(out_path) as tmp:
-    fig.savefig(tmp, dpi=130)
+    fig.savefig(tmp, dpi=130, format=ext)

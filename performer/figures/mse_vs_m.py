@@ -1,8 +1,9 @@
 """Fig. 4: MSE of FAVOR attention against m, from an approx-error result file.
 
-One row of panels per input scale: left, orthogonal against iid (and
-structured) projections; right, positive against trig and hyperbolic features
-and SMREG, all with orthogonal projections. Lines are means over the samples,
+One row of panels per input scale: left, each kernel's iid and structured
+(H-ORF, G-ORF) projections against its orthogonal one; right, the kernels with
+orthogonal projections, SMREG and any other variant. Every variant in the file
+is drawn. Lines are means over the samples,
 error bars one standard deviation (clipped at the bottom, log axis), hollow
 markers the medians. Never recomputes the experiment.
 """
@@ -12,26 +13,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
-from performer.figures.io import load_rows, save_figure  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, load_rows, save_figure  # pylint: disable=wrong-import-position
 
-REQUIRED = ("kernel", "projection", "scaling", "m", "mse_mean", "mse_std", "mse_median",
-            "samples", "input_scale")
+REQUIRED = {"kernel": str, "projection": str, "scaling": str, "m": float, "mse_mean": float,
+            "mse_std": float, "mse_median": float, "samples": float, "input_scale": float}
 
-# (kernel, projection, scaling) -> (label, colour, line style), per panel.
-PROJECTION_PANEL = {
-    ("positive", "orthogonal", "chi"): ("positive, ORF", "C0", "-"),
-    ("positive", "iid", "chi"): ("positive, IID", "C0", "--"),
-    ("positive", "hadamard", "chi"): ("positive, H-ORF", "C2", ":"),
-    ("positive", "givens", "chi"): ("positive, G-ORF", "C4", ":"),
-    ("trig", "orthogonal", "chi"): ("trig, ORF", "C3", "-"),
-    ("trig", "iid", "chi"): ("trig, IID", "C3", "--"),
-}
-KERNEL_PANEL = {
-    ("positive", "orthogonal", "chi"): ("positive (SM+)", "C0", "-"),
-    ("hyperbolic", "orthogonal", "chi"): ("hyperbolic (SMhyp+)", "C1", "-"),
-    ("trig", "orthogonal", "chi"): ("trig (sin/cos)", "C3", "-"),
-    ("positive", "orthogonal", "sqrt_d"): ("SMREG (rows of norm sqrt(d))", "C5", "-."),
-}
+COLOURS = {"positive": "C0", "hyperbolic": "C1", "trig": "C3"}
+STYLES = {"orthogonal": "-", "iid": "--", "hadamard": ":", "givens": "-."}
+NAMES = {"orthogonal": "ORF", "iid": "IID", "hadamard": "H-ORF", "givens": "G-ORF"}
+
+
+def _panel(variant):
+  """0: the projection comparison (chi scaling); 1: kernels and SMREG (the rest)."""
+  _, kind, scaling = variant
+  return 0 if scaling == "chi" and kind != "orthogonal" else 1
+
+
+def _label(variant):
+  kernel, kind, scaling = variant
+  return f"{kernel}, {NAMES.get(kind, kind)}" + (", SMREG (|w| = sqrt(d))" if scaling == "sqrt_d" else "")
 
 
 def render(input_path, out_path):
@@ -41,22 +41,27 @@ def render(input_path, out_path):
     UserError: the file is missing, not JSON, not an approx_error result, or
       lacks the columns above.
   """
-  record, rows = load_rows(input_path, "approx_error", REQUIRED)
+  _, rows = load_rows(input_path, "approx_error", REQUIRED)
+  check_figure_path(out_path)  # before drawing, not after
   scales = sorted({r["input_scale"] for r in rows})
   fig, axes = plt.subplots(len(scales), 2, figsize=(11, 3.6 * len(scales)), squeeze=False)
   for row_axes, scale in zip(axes, scales):
     at_scale = [r for r in rows if r["input_scale"] == scale]
-    for ax, panel, title in ((row_axes[0], PROJECTION_PANEL, "Orthogonal vs IID"),
-                             (row_axes[1], KERNEL_PANEL, "Positive vs trig features")):
-      for variant, (label, colour, style) in panel.items():
+    variants = sorted({(r["kernel"], r["projection"], r["scaling"]) for r in at_scale})
+    for panel, (ax, title) in enumerate(((row_axes[0], "Orthogonal vs IID"),
+                                         (row_axes[1], "Positive vs trig features"))):
+      # ORF curves (chi) appear in both panels, as the reference of each.
+      shown = [v for v in variants if _panel(v) == panel or (v[1:] == ("orthogonal", "chi"))]
+      for variant in shown:
         curve = sorted((r for r in at_scale if (r["kernel"], r["projection"], r["scaling"]) == variant),
                        key=lambda r: r["m"])
-        if not curve:
-          continue
+        label, colour = _label(variant), COLOURS.get(variant[0], "C7")
+        style = STYLES.get(variant[1], "-") if variant[2] == "chi" else (0, (3, 1, 1, 1))
         m = [r["m"] for r in curve]
         mean = [r["mse_mean"] for r in curve]
-        low = [min(r["mse_std"], 0.9 * r["mse_mean"]) for r in curve]  # log axis: stay > 0
-        ax.errorbar(m, mean, yerr=[low, [r["mse_std"] for r in curve]], color=colour,
+        high = [max(r["mse_std"], 0.0) for r in curve]
+        low = [min(h, 0.9 * abs(r["mse_mean"])) for h, r in zip(high, curve)]  # log axis: > 0
+        ax.errorbar(m, mean, yerr=[low, high], color=colour,
                     linestyle=style, marker="o", markersize=3, capsize=2, label=label)
         ax.plot(m, [r["mse_median"] for r in curve], linestyle="none", marker="o",
                 markerfacecolor="none", color=colour, markersize=6)
@@ -65,13 +70,16 @@ def render(input_path, out_path):
       ax.set_xlabel("number of random features m")
       ax.set_ylabel("MSE of attention output")
       first = at_scale[0]
-      norms = f", |x| ~ {first['query_norm_mean']:.2f}" if "query_norm_mean" in first else ""
+      norm = first.get("query_norm_mean")
+      norms = f", |x| ~ {norm:.2f}" if isinstance(norm, (int, float)) else ""
       ax.set_title(f"{title}: input scale {scale:g}{norms}", fontsize=10)
       ax.grid(True, which="both", alpha=0.3)
-      ax.legend(fontsize=7)
+      if shown:
+        ax.legend(fontsize=7)
   r0 = rows[0]
+  samples = f"{r0['samples']} sample" + ("s" if r0["samples"] != 1 else "")
   fig.suptitle(f"FAVOR vs exact softmax attention, L={r0.get('L')}, d={r0.get('d')}, "
-               f"{r0['samples']} samples (mean, +-1 std; hollow: median)", fontsize=11)
+               f"{samples} (mean, +-1 std; hollow: median)", fontsize=11)
   fig.tight_layout(rect=(0, 0, 1, 0.985))
   save_figure(fig, out_path)
   plt.close(fig)

@@ -87,10 +87,15 @@ def test_mse_matches_an_independent_computation():
     (dict(seq_len=0), ">= 1"),
     (dict(features=()), "non-empty"),
     (dict(input_scales=(0.0,)), "> 0"),
+    (dict(input_scales=(float("nan"),)), "finite"),
+    (dict(input_scales=(1.0, 1.0004)), "must not repeat"),
+    (dict(features=(16, 16)), "must not repeat"),
+    (dict(seed=2 ** 40), "seed"),
     (dict(variants=(("relu", "iid", "chi"),)), "not a softmax kernel"),
-    (dict(variants=(("positive", "qr", "chi"),)), "projection kind"),
+    (dict(variants=(("positive", "qr", "chi"),)), "unknown projection"),
+    (dict(variants=(("positive", "iid", "unit"),)), "unknown scaling"),
     (dict(dim=12, variants=(("positive", "hadamard", "chi"),)), "power of two"),
-    (dict(variants=(("positive", "iid", "chi"),) * 2), "listed twice"),
+    (dict(variants=(("positive", "iid", "chi"),) * 2), "must not repeat"),
 ])
 def test_bad_configurations_are_user_errors(kwargs, match):
   with pytest.raises(UserError, match=match):
@@ -102,6 +107,8 @@ def test_parse_variants():
       ("positive", "iid", "chi"), ("trig", "orthogonal", "sqrt_d"))
   with pytest.raises(UserError, match="kernel/projection/scaling"):
     approx_error.parse_variants("positive/iid")
+  with pytest.raises(UserError, match="empty"):
+    approx_error.parse_variants("")
   assert all(v[1] != "hadamard" for v in approx_error.default_variants(12))
   assert any(v[1] == "hadamard" for v in approx_error.default_variants(16))
 
