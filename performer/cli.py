@@ -7,7 +7,6 @@ import sys
 from performer.errors import UserError
 
 PLANNED = {
-    "prepare-pg19": "turn the PG-19 book corpus into SentencePiece-tokenized training data",
     "train": "train a Transformer/Performer/Reformer/Linformer LM from a gin config",
     "eval": "evaluate a trained model on the valid, test or OOD split",
     "speed": "time and measure memory of FAVOR+ against exact attention (Fig. 3)",
@@ -68,6 +67,26 @@ def _prepare_trembl(args):
   with open(os.path.join(out, "stats.md")) as f:
     print(f.read().rstrip())
   del result
+
+
+def _prepare_pg19(args):
+  from performer.data import pg19, samples  # pylint: disable=import-outside-toplevel
+  if sum(map(bool, (args.source, args.sample, args.tfds))) != 1:
+    raise UserError("give one source: a PG-19 folder, --tfds or --sample")
+  if args.sample:
+    source = pg19.sample_folder(samples.fetch("book"),
+                                os.path.join(samples.cache_dir(), "samples", "pg19-botchan"))
+  else:
+    source = "tfds" if args.tfds else args.source
+  vocab_size = args.vocab_size or (2000 if args.sample else 32768)
+  cfg = pg19.PG19Config(source=source, vocab_size=vocab_size, train_bytes=args.train_bytes,
+                        seed=args.seed, shard_tokens=args.shard_tokens)
+  out = args.out or ("runs/data/pg19-sample" if args.sample else None)
+  if out is None:
+    raise UserError("--out is required (the folder to write)")
+  pg19.prepare(cfg, out, force=args.force)
+  with open(os.path.join(out, "stats.md")) as f:
+    print(f.read().rstrip())
 
 
 def _figure(args):
@@ -134,14 +153,36 @@ def _parser():
                  help="records with characters outside the 25 amino-acid letters: drop them, "
                       "map those characters to X, or stop with an error (default skip)")
   p.add_argument("--no-dedup", action="store_true",
-                 help="keep duplicate sequences (deduplication holds 8 bytes+overhead per "
-                      "unique sequence in memory)")
+                 help="keep duplicate sequences (deduplication holds about 82 bytes per "
+                      "unique sequence in memory, ~9 GB for all of TrEMBL)")
   p.add_argument("--seed", type=int, default=0, help="salt of the split hash (default 0)")
   p.add_argument("--shard-tokens", type=int, default=1 << 26,
                  help="tokens per shard file (default 2^26)")
   p.add_argument("--workers", type=int, default=None, help="parsing processes (default: cores)")
   p.add_argument("--force", action="store_true", help="replace an --out holding another dataset")
   p.set_defaults(func=_prepare_trembl)
+
+  p = sub.add_parser(
+      "prepare-pg19", help="PG-19 books -> SentencePiece token shards (App. A.1.1)",
+      description="Trains a unigram SentencePiece model (whitespace kept, fully invertible) on "
+                  "train text, encodes train/validation/test books into token shards, and "
+                  "records per split the word-level and SentencePiece token counts whose ratio "
+                  "gives word-level perplexity.")
+  p.add_argument("source", nargs="?", help="PG-19 folder (train/, validation/, test/, metadata.csv)")
+  p.add_argument("--tfds", action="store_true",
+                 help="read tensorflow-datasets' pg19 (needs: pip install 'performer[tfds]')")
+  p.add_argument("--sample", action="store_true",
+                 help="use the small real sample book (fetched from PyPI; see data/README.md)")
+  p.add_argument("--out", default=None, help="output folder (default with --sample: "
+                                             "runs/data/pg19-sample)")
+  p.add_argument("--vocab-size", type=int, default=None,
+                 help="SentencePiece pieces (default 32768 as in the paper; 2000 with --sample)")
+  p.add_argument("--train-bytes", type=int, default=100_000_000,
+                 help="bytes of train text sampled to train SentencePiece (default 1e8)")
+  p.add_argument("--seed", type=int, default=0, help="seed of the training-text sample")
+  p.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard file")
+  p.add_argument("--force", action="store_true", help="replace an --out holding another dataset")
+  p.set_defaults(func=_prepare_pg19)
 
   p = sub.add_parser("figure", help="draw a paper figure from result files",
                      description="Renders a figure from a result file without recomputing it.")

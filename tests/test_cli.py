@@ -22,7 +22,7 @@ def test_help_lists_every_subcommand():
     assert name in result.stdout
 
 
-@pytest.mark.parametrize("name", ["prepare-pg19", "train", "eval", "speed"])
+@pytest.mark.parametrize("name", ["train", "eval", "speed"])
 def test_planned_subcommands_say_not_implemented(name):
   result = _run(name, "--some-flag", "value")
   assert result.returncode == 2
@@ -40,6 +40,11 @@ def test_planned_subcommands_say_not_implemented(name):
     (("approx-error", "--input-scale", "nan"), "finite"),
     (("approx-error", "--out", ""), "output path is empty"),
     (("figure", "mse-vs-m", "--out", "x.txt"), "cannot write .txt"),
+    (("prepare-trembl",), "give FASTA files or folders, or --sample"),
+    (("prepare-trembl", "/nonexistent.fasta", "--out", "/tmp/x"), "no such file or folder"),
+    (("prepare-trembl", "--sample", "--invalid", "drop"), "invalid choice"),
+    (("prepare-pg19",), "give one source"),
+    (("prepare-pg19", "/nonexistent", "--out", "/tmp/x"), "no such folder"),
 ])
 def test_user_errors_are_one_line_with_nonzero_exit(args, message):
   result = _run(*args)
@@ -61,3 +66,14 @@ def test_tiny_approx_error_run_and_figure(tmp_path):
   result = _run("figure", "mse-vs-m", "--input", str(out), "--out", str(tmp_path / "f.png"))
   assert result.returncode == 0, result.stderr
   assert (tmp_path / "f.png").stat().st_size > 10_000
+
+
+def test_prepare_samples_from_the_command_line(tmp_path):
+  result = _run("prepare-trembl", "--sample", "--out", str(tmp_path / "t"))
+  assert result.returncode == 0, result.stderr
+  assert "| train |" in result.stdout and "residues/s" in result.stdout
+  result = _run("prepare-pg19", "--sample", "--vocab-size", "32768", "--out", str(tmp_path / "p"))
+  assert result.returncode == 2 and "at most" in result.stderr and "Traceback" not in result.stderr
+  result = _run("prepare-pg19", "--sample", "--out", str(tmp_path / "p"))
+  assert result.returncode == 0, result.stderr
+  assert "multiplier" in result.stdout

@@ -155,8 +155,9 @@ class _Concat:
 
 
 def _fingerprint(cfg, files):
-  return {"kind": "trembl", "options": dataclasses.asdict(cfg),
-          "inputs": [{"path": p, "bytes": os.path.getsize(p)} for p in files]}
+  """What identifies a dataset: options and inputs (JSON-normalised, tuples as lists)."""
+  return json.loads(json.dumps({"kind": "trembl", "options": dataclasses.asdict(cfg),
+                                "inputs": [{"path": p, "bytes": os.path.getsize(p)} for p in files]}))
 
 
 def _check_out(out, fingerprint, force):
@@ -223,11 +224,30 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True):
     with open(os.path.join(out, "stats.json")) as f:
       return json.load(f)
   salt = f"performer-trembl-{cfg.seed}".encode()
-  held_out, held_families, family_count = (load_held_out(cfg, salt) if cfg.families
-                                           else (None, [], 0))
+  ood = load_held_out(cfg, salt) if cfg.families else None
   tmp = out.rstrip("/") + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
-  splits = SPLITS if held_out is not None else SPLITS[:3]
+  shutil.rmtree(tmp, ignore_errors=True)  # left by a killed run
+  try:
+    result, residues, seconds = _build(cfg, files, tmp, fingerprint, salt, ood, workers,
+                                       progress)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  if os.path.exists(out):
+    shutil.rmtree(out)
+  os.replace(tmp, out)
+  print(f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
+        f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s -> {out}")
+  return result
+
+
+def _build(cfg, files, tmp, fingerprint, salt, ood, workers, progress):
+  """Streams the inputs into shards under `tmp`; returns (stats, residues, seconds).
+
+  ood: `load_held_out`'s (accessions, families, family_count), or None.
+  """
+  held_out = ood[0] if ood else None
+  splits = SPLITS if ood else SPLITS[:3]
   single = {s: ShardWriter(os.path.join(tmp, "single", s), np.uint8, cfg.shard_tokens)
             for s in splits}
   concat = {s: _Concat(ShardWriter(os.path.join(tmp, "concat", s), np.uint8, cfg.shard_tokens),
@@ -263,7 +283,6 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True):
   bar.close()
   seconds = time.perf_counter() - start
   if residues == 0:
-    shutil.rmtree(tmp, ignore_errors=True)
     raise UserError(f"no usable record in {', '.join(files)} ({dict(rules)})")
 
   result = {
@@ -274,8 +293,8 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True):
       "single": {s: lengths[s].summary() for s in splits + ("all",)},
       "single_clipped_to": cfg.seq_len,
       "concat": {s: concat[s].close() for s in splits},
-      "ood": ({"families_in_mapping": family_count, "families_held_out": len(held_families),
-               "held_out": held_families[:50]} if held_out is not None
+      "ood": ({"families_in_mapping": ood[2], "families_held_out": len(ood[1]),
+               "held_out": ood[1][:50]} if ood
               else "no family mapping given (--families): no OOD split"),
   }
   shard_index = {**{f"single/{s}": w.close() for s, w in single.items()},
@@ -290,12 +309,7 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True):
   _write_json(os.path.join(tmp, "manifest.json"), manifest)
   with open(os.path.join(tmp, "stats.md"), "w") as f:
     f.write(_stats_markdown(result))
-  if os.path.exists(out):
-    shutil.rmtree(out)
-  os.replace(tmp, out)
-  print(f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
-        f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s -> {out}")
-  return result
+  return result, residues, seconds
 
 
 def _write_json(path, obj):

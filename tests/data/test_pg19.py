@@ -1,0 +1,104 @@
+"""prepare-pg19 on the real sample book: invertibility, counts, cleaning, bad sources."""
+
+import json
+import os
+import subprocess
+
+import pytest
+import sentencepiece as spm
+
+from performer.data import pg19, samples
+from performer.data.shards import TokenShards
+from performer.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def book():
+  return samples.fetch("book")
+
+
+@pytest.fixture(scope="module")
+def prepared(book, tmp_path_factory):
+  root = tmp_path_factory.mktemp("pg19")
+  source = pg19.sample_folder(book, str(root / "source"))
+  result = pg19.prepare(pg19.PG19Config(source=source, vocab_size=1000), str(root / "out"),
+                        progress=False)
+  return source, root / "out", result
+
+
+def test_clean_text_strips_bom_crlf_and_gutenberg_header_footer(book):
+  raw = open(book, "rb").read()
+  assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw
+  text = pg19.clean_text(raw, book)
+  assert "\r" not in text and not text.startswith("\ufeff")
+  assert "*** START OF" not in text and "*** END OF" not in text and "FULL LICENSE" not in text
+  # Exactly what lies between the markers (lines 14 to 3993 of the file).
+  assert text.startswith("Produced by David Starner and the Online Distributed Proofreading Team\n")
+  assert text.endswith("End of Project Gutenberg's Botchan (Master Darling), by Kin-nosuke Natsume\n")
+
+
+def test_books_decode_back_exactly(prepared):
+  source, out, _ = prepared
+  sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+  for split, folder in pg19.SPLITS.items():
+    books = sorted(os.listdir(os.path.join(source, folder)))
+    shards = TokenShards(str(out / split))
+    assert len(shards) == len(books)
+    for i, name in enumerate(books):
+      text = open(os.path.join(source, folder, name)).read()
+      assert sp.decode(shards[i].tolist()) == text  # whitespace, newlines and all
+
+
+def test_counts_agree_with_wc(prepared):
+  source, out, result = prepared
+  assert json.loads((out / "stats.json").read_text()) == result
+  for split, folder in pg19.SPLITS.items():
+    files = sorted(os.path.join(source, folder, n) for n in os.listdir(os.path.join(source, folder)))
+    wc = subprocess.run(["wc", "-w", *files], capture_output=True, text=True, check=True).stdout
+    words = int(wc.strip().splitlines()[-1].split()[0])
+    r = result["splits"][split]
+    assert r["word_tokens"] == words
+    shards = TokenShards(str(out / split))
+    assert r["spm_tokens"] == sum(len(shards[i]) for i in range(len(shards)))
+    assert r["multiplier"] == round(r["spm_tokens"] / words, 4) and 1.0 < r["multiplier"] < 3.0
+  assert [result["splits"][s]["books"] for s in ("train", "valid", "test")] == [9, 1, 1]
+
+
+def test_metadata_has_no_header_row(prepared):
+  source, _, _ = prepared
+  meta = pg19.read_metadata(source)
+  assert len(meta) == 11 and meta["8868-01"]["url"].endswith("/8868")
+
+
+def test_vocabulary_too_large_is_a_clear_error(book, tmp_path):
+  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  with pytest.raises(UserError, match=r"--vocab-size 32768 is too large .* at most \d+ pieces fit"):
+    pg19.prepare(pg19.PG19Config(source=source), str(tmp_path / "out"), progress=False)
+  assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+
+
+def test_bad_sources(book, tmp_path):
+  with pytest.raises(UserError, match="no such folder"):
+    pg19.prepare(pg19.PG19Config(source=str(tmp_path / "nope")), str(tmp_path / "o"))
+  source = pg19.sample_folder(book, str(tmp_path / "s"))
+  os.rename(os.path.join(source, "validation"), os.path.join(source, "valid"))
+  with pytest.raises(UserError, match="no validation/ folder"):
+    pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(tmp_path / "o"),
+                 progress=False)
+  with pytest.raises(UserError, match="not UTF-8"):
+    pg19.clean_text(b"caf\xe9", "latin1.txt")
+  with pytest.raises(UserError, match=r"--vocab-size must be in \[8, 65535\]"):
+    pg19.PG19Config(source=source, vocab_size=70000)
+  try:
+    import tensorflow_datasets  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    with pytest.raises(UserError, match=r"pip install 'performer\[tfds\]'"):
+      next(pg19.read_tfds_books("train"))
+
+
+def test_output_folder_rules(prepared, tmp_path):
+  source, out, result = prepared
+  cfg = pg19.PG19Config(source=source, vocab_size=1000)
+  assert pg19.prepare(cfg, str(out), progress=False) == result  # same dataset: nothing to do
+  with pytest.raises(UserError, match="already holds a different dataset"):
+    pg19.prepare(pg19.PG19Config(source=source, vocab_size=900), str(out), progress=False)
