@@ -1,0 +1,18 @@
+"""Linear attention with elu(x) + 1 features (Katharopoulos et al. 2020; paper D.4)."""
+
+from flax import nnx
+
+from performer import favor
+from performer.attention.registry import register
+
+
+@register("linear")
+class LinearAttention(nnx.Module):
+  """phi(x) = elu(x) + 1 on unscaled q and k; bidirectional or causal (chunked)."""
+
+  def __init__(self, *, chunk_size=None):
+    self.chunk_size = chunk_size
+
+  def __call__(self, q, k, v, *, mask=None, causal=False):
+    return favor.favor_attention(q, k, v, None, kernel="elu_plus_one", causal=causal, mask=mask,
+                                 chunk_size=self.chunk_size, scale=1.0)

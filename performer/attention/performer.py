@@ -1,0 +1,74 @@
+"""Performer attention (FAVOR+), Sec. 3 and App. A.3/A.4, with redrawn random features.
+
+The projection W is state, not a trained parameter: a `RandomFeatures`
+variable (so optimizers over `nnx.Param` skip it and checkpoints keep it),
+drawn from (seed, layer, step // redraw_every) and never from data, so every
+device, every retrace and a resumed run see the same matrix.
+"""
+
+import jax
+from flax import nnx
+
+from performer import favor
+from performer.attention.registry import register
+
+
+class RandomFeatures(nnx.Variable):
+  """The [m, d] random projection W of one Performer layer."""
+
+
+class PerformerAttention(nnx.Module):
+  """FAVOR attention with kernel `kernel` and m = num_features random features."""
+
+  default_kernel, default_epsilon = "positive", 0.0
+
+  def __init__(self, *, head_dim, layer=0, kernel=None, num_features=256,
+               projection="orthogonal", scaling="chi", redraw_every=1000, seed=0,
+               kernel_epsilon=None, chunk_size=None):
+    kernel = kernel or self.default_kernel
+    kernel_epsilon = self.default_epsilon if kernel_epsilon is None else kernel_epsilon
+    if kernel not in favor.KERNELS:
+      raise ValueError(f"unknown kernel {kernel!r}; choose from {favor.KERNELS}")
+    self.kernel, self.kernel_epsilon, self.chunk_size = kernel, kernel_epsilon, chunk_size
+    self.head_dim, self.num_features = head_dim, num_features
+    self.projection, self.scaling = projection, scaling
+    self.layer, self.seed, self.redraw_every = layer, seed, redraw_every
+    self.W = RandomFeatures(self.draw(0))
+
+  def draw(self, step):
+    """W for training step `step` (an int or a traced integer)."""
+    period = step // self.redraw_every if self.redraw_every else 0
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), self.layer), period)
+    return favor.projection(key, self.num_features, self.head_dim, self.projection, self.scaling)
+
+  def redraw(self, step):
+    """Sets W to `draw(step)`: call once per training step (never in eval)."""
+    self.W[...] = self.draw(step)
+
+  def __call__(self, q, k, v, *, mask=None, causal=False):
+    return favor.favor_attention(q, k, v, self.W[...], kernel=self.kernel, causal=causal,
+                                 mask=mask, chunk_size=self.chunk_size,
+                                 kernel_epsilon=self.kernel_epsilon)
+
+
+@register("performer_softmax")
+class PerformerSoftmax(PerformerAttention):
+  """FAVOR+: positive orthogonal random features for softmax (A.3: m=256, redraw on).
+
+  A.3's numerical stabilizer (1e-6 added to features) is not used: favor's
+  stabilization is exact (see favor/attention.py), so it would only bias.
+  """
+
+
+@register("performer_relu")
+class PerformerReLU(PerformerAttention):
+  """Generalized kernel attention with ReLU features (A.4: m=256, kernel epsilon 1e-3)."""
+
+  default_kernel, default_epsilon = "relu", 1e-3
+
+
+def redraw(model, step):
+  """Redraws the random features of every Performer layer in `model` for `step`."""
+  for _, module in nnx.iter_graph(model):
+    if isinstance(module, PerformerAttention):
+      module.redraw(step)

@@ -1,0 +1,55 @@
+"""Attention backends by name: every one is called as attend(q, k, v, *, mask=None, causal=False).
+
+q, k, v are [batch, length, heads, head_dim]; mask is a [batch, length] bool
+key padding mask (True = real token). A backend module registers its class
+with `@register("name")`; the package __init__ imports them all, so lookups
+never depend on what the caller imported.
+"""
+
+import inspect
+
+_BACKENDS = {}
+COMMON = ("num_heads", "head_dim", "max_len", "rngs", "layer")  # given to those that take them
+
+
+def register(name):
+  """Class decorator: makes the backend available as `name`."""
+  def wrap(cls):
+    if name in _BACKENDS:
+      raise ValueError(f"attention backend {name!r} is registered twice")
+    _BACKENDS[name] = cls
+    return cls
+  return wrap
+
+
+def names():
+  """Sorted names of the registered backends."""
+  return sorted(_BACKENDS)
+
+
+def make(name, *, num_heads, head_dim, max_len, rngs, layer=0, **options):
+  """Builds backend `name` for one attention layer.
+
+  Args:
+    name: a registered name (see `names()`).
+    num_heads, head_dim: H and d of the q, k, v it will get.
+    max_len: the longest sequence it must handle (Linformer's projections).
+    rngs: `flax.nnx.Rngs` for parameters.
+    layer: index of the layer (seeds a Performer's random features).
+    **options: backend-specific settings (e.g. num_features).
+
+  Raises:
+    ValueError: an unknown name (listing the known ones) or option.
+  """
+  if name not in _BACKENDS:
+    raise ValueError(f"unknown attention {name!r}; choose from {', '.join(names())}")
+  cls = _BACKENDS[name]
+  named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+  accepted = {p.name for p in inspect.signature(cls.__init__).parameters.values()
+              if p.kind in named} - {"self"}
+  unknown = set(options) - accepted
+  if unknown:
+    raise ValueError(f"attention {name!r} has no option {', '.join(sorted(unknown))}; its options: "
+                     f"{', '.join(sorted(accepted - set(COMMON))) or 'none'}")
+  common = dict(num_heads=num_heads, head_dim=head_dim, max_len=max_len, rngs=rngs, layer=layer)
+  return cls(**{k: v for k, v in common.items() if k in accepted}, **options)

@@ -1,0 +1,118 @@
+"""Every registered attention backend: shape, dtype, causality, padding; plus per-backend facts."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from performer import attention, favor
+from performer.attention.performer import RandomFeatures, redraw
+
+B, L, H, D = 2, 29, 3, 8
+OPTIONS = {"performer_softmax": {"num_features": 64, "chunk_size": 8},
+           "performer_relu": {"num_features": 64, "chunk_size": 8}, "linear": {"chunk_size": 8},
+           "linformer": {"num_projections": 16}}
+
+
+def _make(name, **extra):
+  return attention.make(name, num_heads=H, head_dim=D, max_len=64, rngs=nnx.Rngs(0),
+                        **{**OPTIONS.get(name, {}), **extra})
+
+
+def _qkv(seed=0, length=L, dtype=jnp.float32):
+  ks = jax.random.split(jax.random.key(seed), 3)
+  return tuple(jax.random.normal(k, (B, length, H, D)).astype(dtype) for k in ks)
+
+
+def _causal_names():
+  return [n for n in attention.names() if n != "linformer"]
+
+
+@pytest.mark.parametrize("name", attention.names())
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_shape_dtype_and_finite(name, dtype):
+  q, k, v = _qkv(dtype=dtype)
+  for causal in (False, True) if name in _causal_names() else (False,):
+    out = _make(name)(q, k, v, causal=causal)
+    assert out.shape == (B, L, H, D) and out.dtype == dtype
+    assert np.isfinite(np.asarray(out, np.float32)).all()
+
+
+@pytest.mark.parametrize("name", _causal_names())
+def test_causal_outputs_ignore_future_tokens(name):
+  module = _make(name)
+  q, k, v = _qkv(1)
+  base = module(q, k, v, causal=True)
+  for i in (0, 9, 27):
+    bump = jax.random.normal(jax.random.key(i), (3, B, L - i - 1, H, D)) * 5
+    q2, k2, v2 = (x.at[:, i + 1:].add(b) for x, b in zip((q, k, v), bump))
+    out = module(q2, k2, v2, causal=True)
+    np.testing.assert_array_equal(out[:, :i + 1], base[:, :i + 1])
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_padding_leaves_real_positions_unchanged(name):
+  module = _make(name)
+  q, k, v = _qkv(2)
+  real = 19
+  alone = module(q[:, :real], k[:, :real], v[:, :real])
+  mask = jnp.broadcast_to(jnp.arange(L) < real, (B, L))
+  garbage = lambda x: x.at[:, real:].set(30.0)
+  padded = module(q, garbage(k), garbage(v), mask=mask)
+  np.testing.assert_allclose(padded[:, :real], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_performer_softmax_approaches_exact_at_large_m():
+  q, k, v = (0.5 * x for x in _qkv(3))
+  for causal in (False, True):
+    exact = favor.softmax_attention(q, k, v, causal=causal)
+    err = {m: float(jnp.mean((_make("performer_softmax", num_features=m)(q, k, v, causal=causal)
+                              - exact) ** 2)) for m in (16, 4096)}
+    assert err[4096] < 1e-4 and err[4096] * 20 < err[16], err
+
+
+def test_linformer_refuses_causal():
+  q, k, v = _qkv()
+  with pytest.raises(ValueError, match="cannot be causal"):
+    _make("linformer")(q, k, v, causal=True)
+
+
+def test_random_features_redraw_by_period_and_are_not_params():
+  module = _make("performer_softmax", redraw_every=10, seed=3)
+  w0 = np.asarray(module.W[...])
+  redraw(module, 9)
+  np.testing.assert_array_equal(module.W[...], w0)  # same period
+  redraw(module, 10)
+  w1 = np.asarray(module.W[...])
+  assert np.abs(w1 - w0).max() > 0.1
+  redraw(module, 19)
+  np.testing.assert_array_equal(module.W[...], w1)
+  other_layer = attention.make("performer_softmax", num_heads=H, head_dim=D, max_len=64,
+                               rngs=nnx.Rngs(0), layer=1, num_features=64, seed=3)
+  assert np.abs(np.asarray(other_layer.W[...]) - w0).max() > 0.1
+  assert not jax.tree.leaves(nnx.state(module, nnx.Param))  # the optimizer never sees W
+  assert jax.tree.leaves(nnx.state(module, RandomFeatures))
+  # Under jit with a traced step (as in training): the same matrix on every
+  # retrace; equal to the eager draw up to float rounding of the QR.
+  graph, state = nnx.split(module)
+  def at(state, step):
+    m = nnx.merge(graph, state)
+    m.redraw(step)
+    return m.W[...]
+  first = jax.jit(at)(state, jnp.int32(10))
+  np.testing.assert_array_equal(jax.jit(at)(state, jnp.int32(15)), first)
+  np.testing.assert_allclose(first, w1, atol=1e-6)
+  never = _make("performer_relu", redraw_every=0)
+  w = np.asarray(never.W[...])
+  redraw(never, 12345)
+  np.testing.assert_array_equal(never.W[...], w)
+
+
+def test_unknown_names_and_options():
+  with pytest.raises(ValueError, match="unknown attention 'softmax'; choose from exact"):
+    attention.make("softmax", num_heads=H, head_dim=D, max_len=8, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="has no option num_feature; its options: chunk_size"):
+    _make("performer_softmax", num_feature=3)
+  with pytest.raises(ValueError, match="its options: none"):
+    _make("exact", chunk_size=3)
