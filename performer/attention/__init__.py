@@ -1,6 +1,8 @@
 """Attention backends behind one signature, chosen by name (see registry.py)."""
 
-from performer.attention import exact, identity, linear, linformer, performer  # registers all
+from performer.attention import (exact, identity, linear, linformer, performer,  # registers all
+                                 reformer)
 from performer.attention.registry import make, names, register
 
-__all__ = ["make", "names", "register", "exact", "identity", "linear", "linformer", "performer"]
+__all__ = ["make", "names", "register", "exact", "identity", "linear", "linformer", "performer",
+           "reformer"]

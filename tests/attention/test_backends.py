@@ -12,7 +12,8 @@ from performer.attention.performer import RandomFeatures, redraw
 B, L, H, D = 2, 29, 3, 8
 OPTIONS = {"performer_softmax": {"num_features": 64, "chunk_size": 8},
            "performer_relu": {"num_features": 64, "chunk_size": 8}, "linear": {"chunk_size": 8},
-           "linformer": {"num_projections": 16}}
+           "linformer": {"num_projections": 16},
+           "reformer": {"chunk_size": 4, "n_buckets": 4}}
 
 
 def _make(name, **extra):
@@ -48,7 +49,10 @@ def test_causal_outputs_ignore_future_tokens(name):
     bump = jax.random.normal(jax.random.key(i), (3, B, L - i - 1, H, D)) * 5
     q2, k2, v2 = (x.at[:, i + 1:].add(b) for x, b in zip((q, k, v), bump))
     out = module(q2, k2, v2, causal=True)
-    np.testing.assert_array_equal(out[:, :i + 1], base[:, :i + 1])
+    if name == "reformer":  # the same keys are visible; their order in a sum can change by an ulp
+      np.testing.assert_allclose(out[:, :i + 1], base[:, :i + 1], rtol=1e-6, atol=1e-6)
+    else:
+      np.testing.assert_array_equal(out[:, :i + 1], base[:, :i + 1])
 
 
 @pytest.mark.parametrize("name", attention.names())
