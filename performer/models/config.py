@@ -1,0 +1,43 @@
+"""The typed model configuration, checked once when built."""
+
+import dataclasses
+
+from performer import attention
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """A Transformer language model; defaults are the paper's regular size (Fig. 3).
+
+  causal=True is the unidirectional (U) next-token model, False the
+  bidirectional (B) masked LM. `attention` names a registered backend and
+  `attention_options` its settings (e.g. {"num_features": 256}).
+  """
+  vocab_size: int
+  max_len: int
+  num_layers: int = 6
+  num_heads: int = 8
+  d_model: int = 512
+  d_ff: int = 2048
+  dropout: float = 0.1
+  attention: str = "exact"
+  attention_options: dict = dataclasses.field(default_factory=dict)
+  causal: bool = True
+
+  def __post_init__(self):
+    for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model", "d_ff"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+    if self.d_model % self.num_heads:
+      raise ValueError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
+    if not 0 <= self.dropout < 1:
+      raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+    if self.attention not in attention.names():
+      raise ValueError(f"unknown attention {self.attention!r}; choose from "
+                       f"{', '.join(attention.names())}")
+    if self.attention == "linformer" and self.causal:
+      raise ValueError("linformer attention is bidirectional only: use causal=False")
+
+  @property
+  def head_dim(self):
+    return self.d_model // self.num_heads

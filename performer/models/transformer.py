@@ -1,0 +1,66 @@
+"""A pre-LayerNorm Transformer language model whose attention is chosen by name.
+
+Token + learned position embeddings, `num_layers` blocks of attention and an
+MLP of width d_ff, each as x + Dropout(f(LayerNorm(x))), a final LayerNorm and
+a linear head to the vocabulary. Transformer, Performer, Linformer and
+Reformer models differ only by `config.attention`.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from performer import attention
+
+
+class Block(nnx.Module):
+  """x + attention(LN(x)); then x + MLP(LN(x))."""
+
+  def __init__(self, cfg, layer, *, rngs):
+    self.cfg = cfg
+    self.ln_attn = nnx.LayerNorm(cfg.d_model, rngs=rngs)
+    self.qkv = nnx.Linear(cfg.d_model, 3 * cfg.d_model, rngs=rngs)
+    self.attn = attention.make(cfg.attention, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+                               max_len=cfg.max_len, rngs=rngs, layer=layer,
+                               **cfg.attention_options)
+    self.proj = nnx.Linear(cfg.d_model, cfg.d_model, rngs=rngs)
+    self.ln_mlp = nnx.LayerNorm(cfg.d_model, rngs=rngs)
+    self.mlp_in = nnx.Linear(cfg.d_model, cfg.d_ff, rngs=rngs)
+    self.mlp_out = nnx.Linear(cfg.d_ff, cfg.d_model, rngs=rngs)
+    self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def __call__(self, x, mask):  # x: [B, L, d_model], mask: [B, L] bool
+    batch, length, _ = x.shape
+    q, k, v = jnp.split(self.qkv(self.ln_attn(x)), 3, axis=-1)
+    heads = lambda t: t.reshape(batch, length, self.cfg.num_heads, self.cfg.head_dim)
+    att = self.attn(heads(q), heads(k), heads(v), mask=mask, causal=self.cfg.causal)
+    x = x + self.dropout(self.proj(att.reshape(batch, length, -1)))
+    h = self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x))))
+    return x + self.dropout(h)
+
+
+class TransformerLM(nnx.Module):
+  """tokens [B, L] int -> logits [B, L, vocab] float32."""
+
+  def __init__(self, cfg, *, rngs):
+    self.cfg = cfg
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
+    self.pos = nnx.Embed(cfg.max_len, cfg.d_model, rngs=rngs)
+    self.blocks = nnx.List([Block(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
+    self.ln = nnx.LayerNorm(cfg.d_model, rngs=rngs)
+    self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, rngs=rngs)
+    self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def __call__(self, tokens, mask=None):
+    """Args: tokens [B, L] ids; mask [B, L] bool (True = real token) or None.
+
+    Raises:
+      ValueError: L exceeds config.max_len.
+    """
+    length = tokens.shape[1]
+    if length > self.cfg.max_len:
+      raise ValueError(f"sequence length {length} exceeds max_len {self.cfg.max_len}")
+    x = self.dropout(self.embed(tokens) + self.pos(jnp.arange(length))[None])
+    for block in self.blocks:
+      x = block(x, mask)
+    return self.head(self.ln(x)).astype(jnp.float32)
