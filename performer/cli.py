@@ -1,14 +1,13 @@
 """The `performer` command: parses flags and dispatches, one function per subcommand."""
 
 import argparse
+import json
 import os
 import sys
 
 from performer.errors import UserError
 
 PLANNED = {
-    "train": "train a Transformer/Performer/Reformer/Linformer LM from a gin config",
-    "eval": "evaluate a trained model on the valid, test or OOD split",
     "speed": "time and measure memory of FAVOR+ against exact attention (Fig. 3)",
 }
 
@@ -89,6 +88,37 @@ def _prepare_pg19(args):
     print(f.read().rstrip())
 
 
+def _gin(files, bindings):
+  from performer import configurables  # pylint: disable=import-outside-toplevel
+  for path in files:
+    if not os.path.exists(path):
+      raise UserError(f"{path}: no such gin file")
+  try:
+    configurables.parse(files, bindings)
+  except (ValueError, KeyError, SyntaxError) as e:
+    raise UserError(f"gin: {str(e).splitlines()[0]}") from None
+
+
+def _train(args):
+  from performer.train import loop  # pylint: disable=import-outside-toplevel
+  _gin(args.gin, args.gin_param)
+  print(f"processes {jax_process_info()}; workdir {args.workdir}")
+  valid = loop.run(args.workdir)
+  if valid:
+    print("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
+
+
+def _eval(args):
+  from performer.train import evaluate  # pylint: disable=import-outside-toplevel
+  result = evaluate.run(args.workdir, args.split)
+  print(json.dumps(result, indent=1, sort_keys=True))
+
+
+def jax_process_info():
+  import jax  # pylint: disable=import-outside-toplevel
+  return f"{jax.process_index() + 1} of {jax.process_count()}, {jax.device_count()} device(s)"
+
+
 def _figure(args):
   from performer import figures  # pylint: disable=import-outside-toplevel
   out = args.out or f"results/{args.name.replace('-', '_')}.png"
@@ -137,8 +167,8 @@ def _parser():
                  help="use the small real sample proteome (fetched from PyPI; see data/README.md)")
   p.add_argument("--out", default=None,
                  help="output folder (default with --sample: runs/data/trembl-sample)")
-  p.add_argument("--seq-len", type=int, default=1024, help="clip length L of the single task")
-  p.add_argument("--concat-len", type=int, default=8192, help="chunk length of the concat task")
+  p.add_argument("--seq-len", type=int, default=1024, help="clip length L of the single task (default 1024)")
+  p.add_argument("--concat-len", type=int, default=8192, help="chunk length of the concat task (default 8192)")
   p.add_argument("--valid-fraction", type=float, default=None,
                  help="share of sequences in valid (default: Table 1's, 0.05 with --sample)")
   p.add_argument("--test-fraction", type=float, default=None,
@@ -183,6 +213,25 @@ def _parser():
   p.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard file")
   p.add_argument("--force", action="store_true", help="replace an --out holding another dataset")
   p.set_defaults(func=_prepare_pg19)
+
+  p = sub.add_parser(
+      "train", help="train a language model from gin configs (resumes a workdir)",
+      description="Trains the model the gin files describe (see gin/ and gin/mini/). TensorBoard "
+                  "events, metrics.jsonl, checkpoints and the operative config go to --workdir; "
+                  "running again on the same workdir resumes from its latest checkpoint.")
+  p.add_argument("--gin", action="append", required=True, help="gin config file (repeatable)")
+  p.add_argument("--gin_param", action="append", default=[],
+                 help="extra gin binding NAME=VALUE, e.g. TrainConfig.steps=500 (repeatable)")
+  p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
+  p.set_defaults(func=_train)
+
+  p = sub.add_parser("eval", help="evaluate a trained workdir on a split (writes eval.json)",
+                     description="Restores the latest checkpoint of --workdir and reports loss, "
+                                 "accuracy, perplexity and bits per token on --split; for protein "
+                                 "data also the empirical amino-acid frequency baseline (Table 2).")
+  p.add_argument("--workdir", required=True, help="a `performer train` workdir")
+  p.add_argument("--split", default="test", choices=("valid", "test", "ood"), help="default test")
+  p.set_defaults(func=_eval)
 
   p = sub.add_parser("figure", help="draw a paper figure from result files",
                      description="Renders a figure from a result file without recomputing it.")

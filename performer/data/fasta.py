@@ -170,7 +170,7 @@ def parse_block(args):
     elif text:
       if header is None:
         raise UserError(f"{path}:{first_line + i}: sequence text before the first '>' header")
-      seq.append(text)
+      seq.append(b"".join(text.split()))  # spaces inside a line, as in GenBank-style layouts
   if header is not None:
     finish()
   tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)

@@ -11,12 +11,15 @@ per-token loss into word-level perplexity, exp(multiplier * loss).
 """
 
 import dataclasses
+import hashlib
 import io
+import itertools
 import json
 import os
 import random
 import re
 import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -24,7 +27,7 @@ import sentencepiece as spm
 import tqdm
 
 from performer import __version__
-from performer.data import stats
+from performer.data import outdir, stats
 from performer.data.shards import ShardWriter
 from performer.errors import UserError
 
@@ -70,18 +73,33 @@ def clean_text(raw, name):
   return text.strip("\n") + "\n"
 
 
-def read_folder_books(folder, split):
-  """Yields (book id, text) of one split of a PG-19 folder, sorted by id."""
-  path = os.path.join(folder, SPLITS[split])
-  if not os.path.isdir(path):
-    raise UserError(f"{folder}: no {SPLITS[split]}/ folder (expected PG-19's train/, "
-                    "validation/ and test/)")
-  names = sorted(n for n in os.listdir(path) if n.endswith(".txt"))
-  if not names:
-    raise UserError(f"{path}: no .txt books")
-  for name in names:
-    with open(os.path.join(path, name), "rb") as f:
-      yield name[:-4], clean_text(f.read(), os.path.join(path, name))
+def list_books(folder):
+  """{split: sorted .txt paths} of a PG-19 folder, checked before any work.
+
+  Raises:
+    UserError: a missing split folder or one without books.
+  """
+  books = {}
+  for split, name in SPLITS.items():
+    path = os.path.join(folder, name)
+    if not os.path.isdir(path):
+      raise UserError(f"{folder}: no {name}/ folder (expected PG-19's train/, validation/ "
+                      "and test/)")
+    books[split] = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".txt"))
+    if not books[split]:
+      raise UserError(f"{path}: no .txt books")
+  return books
+
+
+def read_books(paths, digests=None):
+  """Yields (book id, cleaned text) of each path; appends {name, bytes, sha256} to digests."""
+  for path in paths:
+    with open(path, "rb") as f:
+      raw = f.read()
+    if digests is not None:
+      digests.append({"name": os.path.basename(path), "bytes": len(raw),
+                      "sha256": hashlib.sha256(raw).hexdigest()})
+    yield os.path.basename(path)[:-4], clean_text(raw, path)
 
 
 def read_tfds_books(split):
@@ -89,8 +107,8 @@ def read_tfds_books(split):
   try:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   except ImportError:
-    raise UserError("the tfds source needs tensorflow-datasets: "
-                    "pip install 'performer[tfds]'") from None
+    raise UserError("the tfds source needs tensorflow-datasets; from the project folder run: "
+                    ".venv/bin/pip install -e '.[tfds]'") from None
   for example in tfds.as_numpy(tfds.load("pg19", split=SPLITS[split])):
     yield example["book_id"].decode() if isinstance(example["book_id"], bytes) else str(
         example["book_id"]), clean_text(example["book_text"], "tfds pg19")
@@ -127,75 +145,67 @@ def train_tokenizer(lines, cfg):
     if fits:
       raise UserError(f"--vocab-size {cfg.vocab_size} is too large for this training text; "
                       f"at most {fits.group(1)} pieces fit") from None
+    needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+    if needed:
+      raise UserError(f"--vocab-size {cfg.vocab_size} is too small: the training text has "
+                      f"{needed.group(1)} distinct characters, so at least that many") from None
+    if "sentences_.empty()" in str(e):
+      raise UserError(f"--train-bytes {cfg.train_bytes} leaves no training text; raise it") from None
     raise
   return model.getvalue()
 
 
-def _training_lines(books, budget, seed):
-  """Non-empty lines of the train books, sampled by line to about `budget` bytes."""
-  lines = [line for _, text in books for line in text.split("\n") if line.strip()]
-  total = sum(len(line.encode()) for line in lines)
-  if total > budget:
-    keep = budget / total
-    rng = random.Random(seed)
-    lines = [line for line in lines if rng.random() < keep]
-  return lines
+def _training_lines(paths, budget, seed):
+  """Non-empty lines of the train books, each kept with probability budget / total bytes.
+
+  Streams the books: memory grows with the budget, not with the corpus.
+  """
+  total = sum(os.path.getsize(p) for p in paths)
+  keep = min(1.0, budget / max(total, 1))
+  rng = random.Random(seed)
+  for _, text in read_books(paths):
+    for line in text.split("\n"):
+      if line.strip() and (keep == 1.0 or rng.random() < keep):
+        yield line
 
 
 def prepare(cfg, out, *, force=False, progress=True):
   """Runs prepare-pg19; returns the stats dict (also out/stats.json).
 
   Raises:
-    UserError: a missing or malformed source, a vocabulary too large for the
-      training text, or an `out` that holds another dataset.
+    UserError: a missing or malformed source, a vocabulary that does not fit
+      the training text, or an unusable `out` (see outdir.check).
   """
-  read = (lambda split: read_tfds_books(split)) if cfg.source == "tfds" else (
-      lambda split: read_folder_books(cfg.source, split))
-  if cfg.source != "tfds" and not os.path.isdir(cfg.source):
+  if cfg.source == "tfds":
+    books, inputs = None, ["tfds:pg19"]
+  elif not os.path.isdir(cfg.source):
     raise UserError(f"{cfg.source}: no such folder")
-  fingerprint = json.loads(json.dumps({"kind": "pg19", "options": dataclasses.asdict(cfg)}))
-  manifest_path = os.path.join(out, "manifest.json")
-  if os.path.exists(out) and not force:
-    if os.path.isfile(manifest_path):
-      with open(manifest_path) as f:
-        if json.load(f).get("fingerprint") == fingerprint:
-          print(f"{out} already holds this dataset (same source and options); nothing to do")
-          with open(os.path.join(out, "stats.json")) as g:
-            return json.load(g)
-      raise UserError(f"{out} already holds a different dataset; choose another --out or "
-                      "pass --force")
-    if os.listdir(out):
-      raise UserError(f"{out} exists and is not a prepared dataset; choose another --out")
+  else:
+    books, inputs = list_books(cfg.source), [cfg.source]
+  listing = {s: [[os.path.basename(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in ps]
+             for s, ps in (books or {}).items()}
+  fingerprint = json.loads(json.dumps({"kind": "pg19", "options": dataclasses.asdict(cfg),
+                                       "books": listing}))
+  if outdir.check(out, inputs, fingerprint, force):
+    print(f"{out} already holds this dataset (same books and options); nothing to do")
+    with open(os.path.join(out, "stats.json")) as f:
+      return json.load(f)
   start = time.perf_counter()
-  train_books = list(read("train"))
-  model = train_tokenizer(_training_lines(train_books, cfg.train_bytes, cfg.seed), cfg)
-  sp = spm.SentencePieceProcessor(model_proto=model)
-  tmp = out.rstrip("/") + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)
+  if books is None:  # tfds: books come as a stream; train text is sampled from it
+    lines = (line for _, text in read_tfds_books("train") for line in text.split("\n")
+             if line.strip())
+    lines = itertools.islice(lines, max(1, cfg.train_bytes // 80))
+  else:
+    lines = _training_lines(books["train"], cfg.train_bytes, cfg.seed)
+  model = train_tokenizer(lines, cfg)
+  tmp = outdir.begin(out)
   try:
-    result = {"vocab_size": cfg.vocab_size, "splits": {}}
-    os.makedirs(tmp)
-    with open(os.path.join(tmp, "spm.model"), "wb") as f:
-      f.write(model)
-    for split in SPLITS:
-      books = train_books if split == "train" else read(split)
-      writer = ShardWriter(os.path.join(tmp, split), np.uint16, cfg.shard_tokens)
-      lengths, words = stats.LengthStats(), 0
-      for _, text in tqdm.tqdm(books, desc=f"encode {split}", unit="book", disable=not progress):
-        ids = sp.encode(text)
-        writer.add(np.asarray(ids, np.uint16))
-        lengths.add(len(ids))
-        words += len(text.split())
-      writer.close()
-      summary = lengths.summary()
-      tokens = sum(n * c for n, c in lengths.histogram.items())
-      result["splits"][split] = {
-          "books": summary["count"], "book_tokens": summary, "word_tokens": words,
-          "spm_tokens": tokens, "multiplier": round(tokens / words, 4) if words else None}
-    metadata = read_metadata(cfg.source) if cfg.source != "tfds" else {}
+    result, digests = _encode(cfg, model, books, tmp, progress)
+    metadata = read_metadata(cfg.source) if books is not None else {}
     manifest = {"format": "performer-token-shards-v1", "product": f"performer {__version__}",
-                "fingerprint": fingerprint, "dtype": "uint16", "splits": list(SPLITS),
-                "tokenizer": "spm.model", "books_with_metadata": len(metadata)}
+                "fingerprint": fingerprint, "inputs": digests, "dtype": "uint16",
+                "splits": list(SPLITS), "tokenizer": "spm.model",
+                "books_with_metadata": len(metadata)}
     for name, obj in (("stats.json", result), ("manifest.json", manifest)):
       with open(os.path.join(tmp, name), "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
@@ -203,13 +213,36 @@ def prepare(cfg, out, *, force=False, progress=True):
     with open(os.path.join(tmp, "stats.md"), "w") as f:
       f.write(_stats_markdown(result))
   except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
+    outdir.abort(tmp)
     raise
-  if os.path.exists(out):
-    shutil.rmtree(out)
-  os.replace(tmp, out)
+  outdir.commit(tmp, out)
   print(f"prepared PG-19 from {cfg.source} in {time.perf_counter() - start:.1f} s -> {out}")
   return result
+
+
+def _encode(cfg, model, books, tmp, progress):
+  """Encodes every split into shards under tmp; returns (stats, {split: book digests})."""
+  with open(os.path.join(tmp, "spm.model"), "wb") as f:
+    f.write(model)
+  sp = spm.SentencePieceProcessor(model_proto=model)
+  result, digests = {"vocab_size": cfg.vocab_size, "splits": {}}, {}
+  for split in SPLITS:
+    digests[split] = []
+    stream = read_tfds_books(split) if books is None else read_books(books[split], digests[split])
+    writer = ShardWriter(os.path.join(tmp, split), np.uint16, cfg.shard_tokens)
+    lengths, words = stats.LengthStats(), 0
+    for _, text in tqdm.tqdm(stream, desc=f"encode {split}", unit="book", disable=not progress):
+      ids = sp.encode(text)
+      writer.add(np.asarray(ids, np.uint16))
+      lengths.add(len(ids))
+      words += len(text.split())
+    writer.close()
+    tokens = sum(n * c for n, c in lengths.histogram.items())
+    result["splits"][split] = {
+        "books": sum(lengths.histogram.values()), "book_tokens": lengths.summary(),
+        "word_tokens": words, "spm_tokens": tokens,
+        "multiplier": round(tokens / words, 4) if words else None}
+  return result, digests
 
 
 def _stats_markdown(result):
@@ -225,10 +258,13 @@ def _stats_markdown(result):
 
 
 def sample_folder(book_path, folder):
-  """Builds a PG-19-style folder from the sample book: chapters I-IX train, X valid, XI test.
+  """Builds (once) a PG-19-style folder from the sample book: chapters I-IX train, X valid, XI test.
 
   Returns the folder. Real text cut at its chapter headings; see data/README.md.
+  Built aside and renamed, so concurrent runs never see half a folder.
   """
+  if os.path.exists(os.path.join(folder, "metadata.csv")):
+    return folder
   with open(book_path, "rb") as f:
     text = clean_text(f.read(), book_path)
   parts = re.split(r"(?m)^(?=CHAPTER [IVXLC]+\.?\s*$)", text)
@@ -236,13 +272,17 @@ def sample_folder(book_path, folder):
   if len(chapters) != 11:
     raise UserError(f"{book_path}: expected Botchan's 11 chapters, found {len(chapters)}")
   chapters[0] = parts[0] + chapters[0]  # the title page goes with chapter I
-  shutil.rmtree(folder, ignore_errors=True)
+  tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(folder)) or ".", prefix=".pg19-")
   for i, chapter in enumerate(chapters, 1):
     split = "train" if i <= 9 else "validation" if i == 10 else "test"
-    os.makedirs(os.path.join(folder, split), exist_ok=True)
-    with open(os.path.join(folder, split, f"8868-{i:02d}.txt"), "w") as f:
+    os.makedirs(os.path.join(tmp, split), exist_ok=True)
+    with open(os.path.join(tmp, split, f"8868-{i:02d}.txt"), "w") as f:
       f.write(chapter)
-  with open(os.path.join(folder, "metadata.csv"), "w") as f:
+  with open(os.path.join(tmp, "metadata.csv"), "w") as f:
     for i in range(1, 12):
       f.write(f"8868-{i:02d},Botchan chapter {i},1906,https://www.gutenberg.org/ebooks/8868\n")
+  try:
+    os.replace(tmp, folder)
+  except OSError:  # another run finished first
+    shutil.rmtree(tmp, ignore_errors=True)
   return folder

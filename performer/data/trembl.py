@@ -16,14 +16,14 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
+import signal
 import time
 
 import numpy as np
 import tqdm
 
 from performer import __version__
-from performer.data import fasta, stats, vocab
+from performer.data import fasta, outdir, stats, vocab
 from performer.data.shards import ShardWriter
 from performer.errors import UserError
 
@@ -54,8 +54,10 @@ class TremblConfig:
   def __post_init__(self):
     if self.invalid not in fasta.POLICIES:
       raise UserError(f"--invalid must be one of {fasta.POLICIES}, got {self.invalid!r}")
-    if self.seq_len < 1 or self.concat_len < 2 or self.shard_tokens < 1:
-      raise UserError("--seq-len, --concat-len and --shard-tokens must be positive")
+    if self.seq_len < 1 or self.shard_tokens < 1:
+      raise UserError("--seq-len and --shard-tokens must be >= 1")
+    if self.concat_len < 2:
+      raise UserError(f"--concat-len must be >= 2 (a residue and EOS), got {self.concat_len}")
     if not (0 <= self.valid_fraction and 0 <= self.test_fraction
             and self.valid_fraction + self.test_fraction < 1):
       raise UserError("--valid-fraction and --test-fraction must be >= 0 and sum to < 1")
@@ -80,6 +82,9 @@ def expand_inputs(paths):
       files.append(path)
     else:
       raise UserError(f"{path}: no such file or folder")
+  unique = list(dict.fromkeys(os.path.realpath(f) for f in files))
+  if len(unique) != len(files):
+    raise UserError("an input file is given twice (directly or through a folder)")
   return files
 
 
@@ -157,30 +162,16 @@ class _Concat:
 def _fingerprint(cfg, files):
   """What identifies a dataset: options and inputs (JSON-normalised, tuples as lists)."""
   return json.loads(json.dumps({"kind": "trembl", "options": dataclasses.asdict(cfg),
-                                "inputs": [{"path": p, "bytes": os.path.getsize(p)} for p in files]}))
-
-
-def _check_out(out, fingerprint, force):
-  """Returns True if `out` already holds this very dataset."""
-  manifest = os.path.join(out, "manifest.json")
-  if not os.path.exists(out):
-    return False
-  if os.path.isfile(manifest):
-    with open(manifest) as f:
-      old = json.load(f).get("fingerprint")
-    if old == fingerprint and not force:
-      return True
-    if not force:
-      raise UserError(f"{out} already holds a different dataset (its manifest.json lists other "
-                      "inputs or options); choose another --out or pass --force")
-  elif os.listdir(out) and not force:
-    raise UserError(f"{out} exists and is not a prepared dataset; choose another --out")
-  return False
+                                "inputs": [{"path": p, "bytes": os.path.getsize(p),
+                                            "mtime_ns": os.stat(p).st_mtime_ns} for p in files]}))
 
 
 def _parsed_blocks(files, cfg, salt, workers, inputs):
   """Yields (`fasta.Parsed`, raw bytes consumed) in input order, parsing in workers."""
-  pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
+  # Workers ignore Ctrl-C: the main process stops them, else terminate() can hang.
+  pool = (multiprocessing.get_context("spawn").Pool(workers, initializer=signal.signal,
+                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
+          if workers > 1 else None)
   try:
     for path in files:
       digest, done = {}, 0
@@ -217,25 +208,25 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True):
     UserError: bad inputs (see fasta.py), a bad families file, an `out` that
       holds another dataset, or no usable record at all.
   """
+  if workers is not None and workers < 1:
+    raise UserError(f"--workers must be >= 1, got {workers}")
   files = expand_inputs(cfg.inputs)
   fingerprint = _fingerprint(cfg, files)
-  if _check_out(out, fingerprint, force):
+  if outdir.check(out, list(cfg.inputs) + ([cfg.families] if cfg.families else []), fingerprint,
+                  force):
     print(f"{out} already holds this dataset (same inputs and options); nothing to do")
     with open(os.path.join(out, "stats.json")) as f:
       return json.load(f)
   salt = f"performer-trembl-{cfg.seed}".encode()
   ood = load_held_out(cfg, salt) if cfg.families else None
-  tmp = out.rstrip("/") + ".tmp"
-  shutil.rmtree(tmp, ignore_errors=True)  # left by a killed run
+  tmp = outdir.begin(out)
   try:
     result, residues, seconds = _build(cfg, files, tmp, fingerprint, salt, ood, workers,
                                        progress)
   except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
+    outdir.abort(tmp)
     raise
-  if os.path.exists(out):
-    shutil.rmtree(out)
-  os.replace(tmp, out)
+  outdir.commit(tmp, out)
   print(f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
         f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s -> {out}")
   return result
@@ -258,32 +249,35 @@ def _build(cfg, files, tmp, fingerprint, salt, ood, workers, progress):
   start = time.perf_counter()
   bar = tqdm.tqdm(total=sum(os.path.getsize(p) for p in files), unit="B", unit_scale=True,
                   desc="prepare-trembl", disable=not progress)
-  for parsed, size in _parsed_blocks(files, cfg, salt, workers or os.cpu_count() or 1, inputs):
-    rules.update(parsed.counts)
-    for i, name in enumerate(parsed.accessions):
-      digest = int(parsed.digests[i])
-      if cfg.dedup:
-        if digest in seen:
-          duplicates += 1
-          continue
-        seen.add(digest)
-      tokens = parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
-      if held_out is not None and name in held_out:
-        split = "ood"
-      else:
-        u = digest / 2.0 ** 64
-        split = ("valid" if u < cfg.valid_fraction else
-                 "test" if u < cfg.valid_fraction + cfg.test_fraction else "train")
-      lengths[split].add(len(tokens))
-      lengths["all"].add(len(tokens))
-      single[split].add(tokens[:cfg.seq_len])
-      concat[split].add(tokens)
-      residues += len(tokens)
-    bar.update(size)
-  bar.close()
+  try:
+    for parsed, size in _parsed_blocks(files, cfg, salt, workers or os.cpu_count() or 1, inputs):
+      rules.update(parsed.counts)
+      for i, name in enumerate(parsed.accessions):
+        digest = int(parsed.digests[i])
+        if cfg.dedup:
+          if digest in seen:
+            duplicates += 1
+            continue
+          seen.add(digest)
+        tokens = parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
+        if held_out is not None and name in held_out:
+          split = "ood"
+        else:
+          u = digest / 2.0 ** 64
+          split = ("valid" if u < cfg.valid_fraction else
+                   "test" if u < cfg.valid_fraction + cfg.test_fraction else "train")
+        lengths[split].add(len(tokens))
+        lengths["all"].add(len(tokens))
+        single[split].add(tokens[:cfg.seq_len])
+        concat[split].add(tokens)
+        residues += len(tokens)
+      bar.update(size)
+  finally:
+    bar.close()  # before any error message, so the two do not share a line
   seconds = time.perf_counter() - start
   if residues == 0:
-    raise UserError(f"no usable record in {', '.join(files)} ({dict(rules)})")
+    touched = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(rules.items()) if v)
+    raise UserError(f"no usable record in {', '.join(files)} ({touched})")
 
   result = {
       "records_read": rules.pop("records"),
@@ -320,7 +314,7 @@ def _write_json(path, obj):
 
 def _stats_markdown(result):
   concat = {s: {"count": c["count"], "min": c["length"], "max": c["length"],
-                "mean": c["length"], "std": 0, "median": c["length"]}
+                "mean": c["length"], "std": 0, "median": c["length"]} if c["count"] else {"count": 0}
             for s, c in result["concat"].items()}
   rules = ", ".join(f"{k}: {v}" for k, v in result["rules"].items())
   ood = result["ood"] if isinstance(result["ood"], str) else (

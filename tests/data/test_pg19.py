@@ -70,11 +70,16 @@ def test_metadata_has_no_header_row(prepared):
   assert len(meta) == 11 and meta["8868-01"]["url"].endswith("/8868")
 
 
-def test_vocabulary_too_large_is_a_clear_error(book, tmp_path):
+@pytest.mark.parametrize("options, match", [
+    ({}, r"--vocab-size 32768 is too large .* at most \d+ pieces fit"),
+    ({"vocab_size": 8}, r"--vocab-size 8 is too small: .* \d+ distinct characters"),
+    ({"vocab_size": 500, "train_bytes": 10}, "leaves no training text"),
+])
+def test_vocabulary_and_budget_errors(book, tmp_path, options, match):
   source = pg19.sample_folder(book, str(tmp_path / "source"))
-  with pytest.raises(UserError, match=r"--vocab-size 32768 is too large .* at most \d+ pieces fit"):
-    pg19.prepare(pg19.PG19Config(source=source), str(tmp_path / "out"), progress=False)
-  assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+  with pytest.raises(UserError, match=match):
+    pg19.prepare(pg19.PG19Config(source=source, **options), str(tmp_path / "out"), progress=False)
+  assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
 def test_bad_sources(book, tmp_path):
@@ -92,7 +97,7 @@ def test_bad_sources(book, tmp_path):
   try:
     import tensorflow_datasets  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   except ImportError:
-    with pytest.raises(UserError, match=r"pip install 'performer\[tfds\]'"):
+    with pytest.raises(UserError, match=r"pip install -e '\.\[tfds\]'"):
       next(pg19.read_tfds_books("train"))
 
 
@@ -100,5 +105,29 @@ def test_output_folder_rules(prepared, tmp_path):
   source, out, result = prepared
   cfg = pg19.PG19Config(source=source, vocab_size=1000)
   assert pg19.prepare(cfg, str(out), progress=False) == result  # same dataset: nothing to do
+  manifest = json.loads((out / "manifest.json").read_text())
+  assert [b["name"] for b in manifest["inputs"]["valid"]] == ["8868-10.txt"]
+  assert len(manifest["inputs"]["train"][0]["sha256"]) == 64
   with pytest.raises(UserError, match="already holds a different dataset"):
     pg19.prepare(pg19.PG19Config(source=source, vocab_size=900), str(out), progress=False)
+  with pytest.raises(UserError, match="is or holds the input"):  # --force never eats the source
+    pg19.prepare(cfg, source, force=True, progress=False)
+  assert os.path.isdir(os.path.join(source, "train"))
+
+
+def test_a_changed_book_is_not_taken_for_the_same_dataset(book, tmp_path):
+  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  cfg = pg19.PG19Config(source=source, vocab_size=500)
+  pg19.prepare(cfg, str(tmp_path / "out"), progress=False)
+  with open(os.path.join(source, "test", "8868-11.txt"), "a") as f:
+    f.write("one more line\n")
+  with pytest.raises(UserError, match="different dataset"):
+    pg19.prepare(cfg, str(tmp_path / "out"), progress=False)
+
+
+def test_training_text_is_sampled_to_the_budget(book, tmp_path):
+  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  paths = pg19.list_books(source)["train"]
+  total = sum(len(line.encode()) for line in pg19._training_lines(paths, 10 ** 9, 0))
+  sampled = sum(len(line.encode()) for line in pg19._training_lines(paths, 20_000, 0))
+  assert 10_000 < sampled < 30_000 < total

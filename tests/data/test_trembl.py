@@ -62,7 +62,9 @@ def test_sample_stats_agree_with_awk(proteome, tmp_path):
 
 
 def test_dedup_keeps_one_copy_in_one_split(proteome, tmp_path):
-  result = _prepare([proteome, proteome], tmp_path / "d", valid_fraction=0.3, test_fraction=0.3)
+  copy = tmp_path / "copy.faa"
+  copy.write_bytes(open(proteome, "rb").read())
+  result = _prepare([proteome, copy], tmp_path / "d", valid_fraction=0.3, test_fraction=0.3)
   assert result["records_read"] == 4200
   assert result["duplicates_dropped"] == 4200 - result["records_kept"]
   seqs = [tuple(r) for s in ("train", "valid", "test") for r in _records(tmp_path / "d" / "single" / s)]
@@ -83,7 +85,7 @@ def test_rerun_is_byte_identical_and_workers_do_not_matter(proteome, tmp_path):
 
 
 def test_gzip_windows_endings_bom_and_lower_case_parse_the_same(tmp_path):
-  text = ">sp|P1|A first\nMKV*\n>sp|P2|B\nAAGG\nLLW\n"
+  text = ">sp|P1|A first\nMKV*\n>sp|P2|B\nAAGG\nLL W\n"  # a space inside a line
   plain = tmp_path / "plain.fasta"
   plain.write_text(text)
   odd = tmp_path / "odd.fa.gz"
@@ -134,7 +136,7 @@ def test_bad_files_fail_with_file_and_line(tmp_path, content, match):
   path.write_bytes(content)
   with pytest.raises(UserError, match=match):
     _prepare([path], tmp_path / "out", invalid="fail")
-  assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
+  assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
 
 
 def test_truncated_gzip_and_missing_paths(proteome, tmp_path):
@@ -175,10 +177,10 @@ def test_interrupted_run_leaves_nothing_complete(proteome, tmp_path, monkeypatch
   monkeypatch.setattr(trembl, "_stats_markdown", crash)
   with pytest.raises(KeyboardInterrupt):
     _prepare([proteome], out)
-  assert not out.exists()  # only out.tmp, which a restart removes
+  assert not out.exists()  # only out.partial (marked as ours), which a restart removes
   monkeypatch.undo()
   _prepare([proteome], out)
-  assert (out / "manifest.json").exists() and not (tmp_path / "d.tmp").exists()
+  assert (out / "manifest.json").exists() and not (tmp_path / "d.partial").exists()
 
 
 def test_ood_holds_out_whole_families(proteome, tmp_path):
@@ -219,3 +221,45 @@ def test_two_processes_read_disjoint_halves_of_a_multi_shard_dataset(proteome, t
   expected = [tuple(vocab.encode(r.split("\n", 1)[1].replace("\n", "").rstrip("*").encode())[:1024])
               for r in lines]
   assert sorted(seen[0] + seen[1]) == sorted(expected)
+
+
+def test_output_folder_protections(proteome, tmp_path):
+  keep = tmp_path / "mine"
+  keep.mkdir()
+  (keep / "notes.txt").write_text("precious")
+  with pytest.raises(UserError, match="not a prepared dataset"):
+    trembl.prepare(trembl.TremblConfig(inputs=(str(proteome),)), str(keep), force=True,
+                   workers=1, progress=False)
+  assert (keep / "notes.txt").read_text() == "precious"
+  inputs = tmp_path / "inputs"
+  inputs.mkdir()
+  (inputs / "p.faa").write_bytes(open(proteome, "rb").read())
+  for out in (inputs, tmp_path):  # is the input folder, or holds it
+    with pytest.raises(UserError, match="is or holds the input"):
+      _prepare([inputs], out)
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(UserError, match="is a file"):
+    _prepare([proteome], tmp_path / "file")
+  with pytest.raises(UserError, match="cannot create folder"):
+    _prepare([proteome], tmp_path / "file" / "sub")
+  (tmp_path / "x.partial").mkdir()
+  (tmp_path / "x.partial" / "work.txt").write_text("someone's")
+  with pytest.raises(UserError, match="was not made by performer"):
+    _prepare([proteome], tmp_path / "x")
+  assert (tmp_path / "x.partial" / "work.txt").exists()
+  with pytest.raises(UserError, match="given twice"):
+    _prepare([proteome, proteome], tmp_path / "y")
+  with pytest.raises(UserError, match="--workers must be >= 1"):
+    _prepare([proteome], tmp_path / "y", workers=0)
+  with pytest.raises(UserError, match="--concat-len must be >= 2"):
+    trembl.TremblConfig(inputs=(str(proteome),), concat_len=1)
+
+
+def test_an_edited_input_is_not_taken_for_the_same_dataset(tmp_path):
+  path = tmp_path / "a.fasta"
+  path.write_text(">a\nMKV\n")
+  _prepare([path], tmp_path / "d", valid_fraction=0, test_fraction=0)
+  path.write_text(">a\nMKA\n")  # same size, new content
+  os.utime(path, ns=(1, 1))
+  with pytest.raises(UserError, match="different dataset"):
+    _prepare([path], tmp_path / "d", valid_fraction=0, test_fraction=0)

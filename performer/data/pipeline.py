@@ -1,0 +1,115 @@
+"""Batches for training and evaluation from prepared token shards (grain).
+
+Training batches are a pure function of (seed, step): grain's MapDataset
+shuffles (anew each epoch) and repeats the examples, and batch `step` of
+process p takes the flat indices step * B * P + p * B + [0, B). Resuming at a
+step therefore needs nothing but the step, and processes see disjoint data.
+
+Each example is one record, cut to seq_len: for the (U) task the model reads
+[EOS] + sequence and predicts sequence + [EOS] (EOS doubles as the start
+token); for (B) it reads the MLM-corrupted sequence (masking.py), keyed by
+the example's flat index so its mask does not depend on the batch.
+"""
+
+import dataclasses
+import json
+import os
+
+import grain.python as grain
+import numpy as np
+
+from performer.data import vocab
+from performer.data.shards import TokenShards
+from performer.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Which prepared dataset to read and how to batch it."""
+  path: str = "runs/data/trembl-sample"
+  task: str = "single"  # TrEMBL: single or concat; PG-19 datasets have one task
+  seq_len: int = 1024
+  batch_size: int = 8
+  seed: int = 0
+
+
+def split_folder(cfg, split):
+  """The shard folder of `split` (train, valid, test, ood) of the dataset at cfg.path.
+
+  Raises:
+    UserError: no prepared dataset there, or no such split.
+  """
+  try:
+    with open(os.path.join(cfg.path, "manifest.json")) as f:
+      manifest = json.load(f)
+  except FileNotFoundError:
+    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl or "
+                    "prepare-pg19 first)") from None
+  kind = manifest["fingerprint"]["kind"]
+  folder = os.path.join(cfg.path, cfg.task, split) if kind == "trembl" else os.path.join(cfg.path, split)
+  if split not in manifest["splits"] or not os.path.isdir(folder):
+    raise UserError(f"{cfg.path}: no {split!r} split (it has {', '.join(manifest['splits'])})")
+  return folder
+
+
+def vocab_info(cfg):
+  """(vocab_size, pad_id, eos_id, mask_id, first_regular_id) of the dataset."""
+  with open(os.path.join(cfg.path, "manifest.json")) as f:
+    manifest = json.load(f)
+  if manifest["fingerprint"]["kind"] == "trembl":
+    return vocab.VOCAB_SIZE, vocab.PAD, vocab.EOS, vocab.MASK, len(vocab.SPECIALS)
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  sp = spm.SentencePieceProcessor(model_file=os.path.join(cfg.path, "spm.model"))
+  # SentencePiece: 0 <unk>, 1 <s>, 2 </s>; no pad or mask piece, so two ids are added.
+  size = sp.get_piece_size()
+  return size + 2, size, sp.eos_id(), size + 1, 3
+
+
+def _example(tokens, seq_len, eos, pad, causal):
+  """One record -> (inputs [seq_len], targets [seq_len]) int32, padded."""
+  seq = np.asarray(tokens, np.int32)[:seq_len]
+  inputs = np.full(seq_len, pad, np.int32)
+  targets = np.full(seq_len, pad, np.int32)
+  if causal:
+    target = np.concatenate([seq, [eos]])[:seq_len]
+    inputs[:len(target)] = np.concatenate([[eos], target[:-1]])
+    targets[:len(target)] = target
+  else:
+    inputs[:len(seq)] = seq
+    targets[:len(seq)] = seq
+  return inputs, targets
+
+
+class Batches:
+  """Training batches by step, and one ordered pass over a split for evaluation."""
+
+  def __init__(self, cfg, split, *, causal, process_index=0, process_count=1):
+    self.cfg, self.causal = cfg, causal
+    self.process_index, self.process_count = process_index, process_count
+    self.source = TokenShards(split_folder(cfg, split))
+    if not len(self.source):
+      raise UserError(f"{cfg.path}: the {split!r} split is empty")
+    _, self.pad, self.eos, _, _ = vocab_info(cfg)
+    self.stream = grain.MapDataset.source(self.source).shuffle(seed=cfg.seed).repeat()
+
+  def _stack(self, records, ids):
+    pairs = [_example(r, self.cfg.seq_len, self.eos, self.pad, self.causal) for r in records]
+    inputs, targets = (np.stack(x) for x in zip(*pairs))
+    return {"inputs": inputs, "targets": targets, "ids": np.asarray(ids, np.int64)}
+
+  def train_batch(self, step):
+    """Batch `step` of this process: dict of inputs, targets [B, L] int32 and ids [B]."""
+    size = self.cfg.batch_size
+    start = (step * self.process_count + self.process_index) * size
+    ids = range(start, start + size)
+    return self._stack([self.stream[i] for i in ids], ids)
+
+  def eval_batches(self):
+    """Every example of the split once, in order; the last batch is padded with
+    empty examples (all pad: they carry no weight)."""
+    size = self.cfg.batch_size
+    for start in range(self.process_index * size, len(self.source), size * self.process_count):
+      ids = list(range(start, min(start + size, len(self.source))))
+      records = [self.source[i] for i in ids]
+      records += [np.zeros(0, np.int32)] * (size - len(records))
+      yield self._stack(records, ids + [-1] * (size - len(ids)))

@@ -1,0 +1,1 @@
+"""Training and evaluation: loop, steps, metrics, writer, checkpoints."""

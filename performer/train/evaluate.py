@@ -1,0 +1,76 @@
+"""performer eval: metrics of a trained workdir on a split, written to eval.json.
+
+For protein data it adds the empirical amino-acid frequency baseline of
+Table 2: predict every target from the token frequencies of the train split
+(accuracy of always guessing the commonest token, perplexity of the
+frequency distribution), over exactly the positions the model is scored on.
+"""
+
+import json
+import math
+import os
+
+import jax
+import numpy as np
+
+from performer import configurables
+from performer.atomic import atomic_path
+from performer.data import pipeline
+from performer.errors import UserError
+from performer.train import loop, steps
+from performer.train.checkpoint import Checkpoints
+
+
+def _baseline(cfgs, tokens, split_batches):
+  """Empirical-frequency accuracy and perplexity over the scored positions of a split."""
+  train = pipeline.Batches(cfgs["data"], "train", causal=cfgs["model"].causal)
+  counts = np.zeros(tokens[0], np.float64)
+  for batch in train.eval_batches():
+    weights = np.asarray(steps.model_inputs(batch, tokens, jax.random.key(0),
+                                            causal=cfgs["model"].causal)[3]) > 0
+    counts += np.bincount(batch["targets"][weights], minlength=tokens[0])
+  freq = counts / counts.sum()
+  hits = nll = n = 0.0
+  for batch in split_batches.eval_batches():
+    weights = np.asarray(steps.model_inputs(batch, tokens, jax.random.key(cfgs["train"].seed + 1),
+                                            causal=cfgs["model"].causal)[3]) > 0
+    targets = batch["targets"][weights]
+    hits += np.sum(targets == np.argmax(freq))
+    nll -= np.sum(np.log(np.maximum(freq[targets], 1e-12)))
+    n += len(targets)
+  return {"baseline_accuracy": hits / n, "baseline_perplexity": math.exp(nll / n)}
+
+
+def run(workdir, split):
+  """Evaluates the latest checkpoint of `workdir` on `split`; writes and returns eval.json.
+
+  Raises:
+    UserError: no trained run in workdir, or no such split in its dataset.
+  """
+  config = os.path.join(workdir, "config.gin")
+  if not os.path.exists(config):
+    raise UserError(f"{workdir}: no config.gin; is it a `performer train` workdir?")
+  configurables.parse([config], [])
+  cfgs, model, optimizer, tokens = loop.build()
+  ckpt = Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints")))
+  step = ckpt.latest_step()
+  if step is None:
+    raise UserError(f"{workdir}: no checkpoint yet")
+  ckpt.restore(step, model, optimizer)
+  ckpt.close()
+  batches = pipeline.Batches(cfgs["data"], split, causal=cfgs["model"].causal)
+  multiplier = 1.0
+  stats_path = os.path.join(cfgs["data"].path, "stats.json")
+  with open(stats_path) as f:
+    data_stats = json.load(f)
+  if "splits" in data_stats and "vocab_size" in data_stats:  # PG-19: word-level perplexity
+    multiplier = data_stats["splits"][split]["multiplier"]
+  result = loop.evaluate(model, batches, seed=cfgs["train"].seed, tokens=tokens,
+                         causal=cfgs["model"].causal, multiplier=multiplier)
+  result.update(step=step, split=split, multiplier=multiplier)
+  if "single" in data_stats:  # protein data: Table 2's empirical baseline
+    result.update(_baseline(cfgs, tokens, batches))
+  with atomic_path(os.path.join(workdir, "eval.json")) as tmp, open(tmp, "w") as f:
+    json.dump(result, f, indent=1, sort_keys=True)
+    f.write("\n")
+  return result
