@@ -16,3 +16,9 @@ class LinearAttention(nnx.Module):
   def __call__(self, q, k, v, *, mask=None, causal=False):
     return favor.favor_attention(q, k, v, None, kernel="elu_plus_one", causal=causal, mask=mask,
                                  chunk_size=self.chunk_size, scale=1.0)
+
+  def decode_init(self, batch, num_heads, dv):
+    return favor.causal_decode_init(batch, num_heads, dv, dv)
+
+  def decode_step(self, cache, q, k, v):
+    return favor.causal_decode_step(cache, q, k, v, None, kernel="elu_plus_one", scale=1.0)

@@ -7,6 +7,7 @@ device, every retrace and a resumed run see the same matrix.
 """
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from performer import favor
@@ -49,6 +50,16 @@ class PerformerAttention(nnx.Module):
     return favor.favor_attention(q, k, v, self.W[...], kernel=self.kernel, causal=causal,
                                  mask=mask, chunk_size=self.chunk_size,
                                  kernel_epsilon=self.kernel_epsilon)
+
+  def decode_init(self, batch, num_heads, dv):
+    """Empty causal prefix state for `decode_step` (see favor.causal_decode_init)."""
+    m = favor.feature_map(jnp.zeros((1, self.head_dim)), self.W[...], self.kernel).shape[-1]
+    return favor.causal_decode_init(batch, num_heads, m, dv)
+
+  def decode_step(self, cache, q, k, v):
+    """One token ([B, H, d] each): O(m d) work, the carried K'^T V and K'^T 1 state."""
+    return favor.causal_decode_step(cache, q, k, v, self.W[...], kernel=self.kernel,
+                                    kernel_epsilon=self.kernel_epsilon)
 
 
 @register("performer_softmax")

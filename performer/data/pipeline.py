@@ -5,7 +5,9 @@ shuffles (anew each epoch) and repeats the examples, and batch `step` of
 process p takes the flat indices step * B * P + p * B + [0, B). Resuming at a
 step therefore needs nothing but the step, and processes see disjoint data.
 
-Each example is one record, cut to seq_len: for the (U) task the model reads
+An example is one record clipped to seq_len for TrEMBL's `single` task (as in
+the paper); long records (PG-19 books, `concat` chunks) are cut into
+non-overlapping windows of seq_len instead (shards.Windows). For (U) the model reads
 [EOS] + sequence and predicts sequence + [EOS] (EOS doubles as the start
 token); for (B) it reads the MLM-corrupted sequence (masking.py), keyed by
 the example's flat index so its mask does not depend on the batch.
@@ -19,7 +21,7 @@ import grain.python as grain
 import numpy as np
 
 from performer.data import vocab
-from performer.data.shards import TokenShards
+from performer.data.shards import TokenShards, Windows
 from performer.errors import UserError
 
 
@@ -50,6 +52,11 @@ def split_folder(cfg, split):
   if split not in manifest["splits"] or not os.path.isdir(folder):
     raise UserError(f"{cfg.path}: no {split!r} split (it has {', '.join(manifest['splits'])})")
   return folder
+
+
+def _kind(cfg):
+  with open(os.path.join(cfg.path, "manifest.json")) as f:
+    return json.load(f)["fingerprint"]["kind"]
 
 
 def vocab_info(cfg):
@@ -87,6 +94,8 @@ class Batches:
     self.cfg, self.causal = cfg, causal
     self.process_index, self.process_count = process_index, process_count
     self.source = TokenShards(split_folder(cfg, split))
+    if cfg.task != "single" or _kind(cfg) != "trembl":
+      self.source = Windows(self.source, cfg.seq_len)
     if not len(self.source):
       raise UserError(f"{cfg.path}: the {split!r} split is empty")
     _, self.pad, self.eos, _, _ = vocab_info(cfg)

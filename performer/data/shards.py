@@ -84,5 +84,36 @@ class TokenShards(grain.RandomAccessDataSource):
     local = record - self._starts[number]
     return np.array(tokens[offsets[local]:offsets[local + 1]])
 
+  def lengths(self):
+    """[records] int64 record lengths, from the offsets alone."""
+    return np.concatenate([np.diff(self._shard(i)[1]) for i in range(len(self.index["shards"]))]
+                          or [np.zeros(0, np.int64)])
+
   def __repr__(self):
     return f"TokenShards({self.folder!r}, records={len(self)})"
+
+
+class Windows(grain.RandomAccessDataSource):
+  """Each record of `source` cut into non-overlapping windows of `length` tokens.
+
+  For long records (PG-19 books, concatenated TrEMBL chunks): window i is
+  tokens [j * length, (j + 1) * length) of its record; a record's last window
+  may be shorter.
+  """
+
+  def __init__(self, source, length):
+    self.source, self.length = source, length
+    counts = np.maximum(1, -(-source.lengths() // length))
+    self._ends = np.cumsum(counts)  # window index -> record by searchsorted
+
+  def __len__(self):
+    return int(self._ends[-1]) if len(self._ends) else 0
+
+  def __getitem__(self, window):
+    window = int(window)
+    if not 0 <= window < len(self):
+      raise IndexError(f"window {window} out of range [0, {len(self)})")
+    record = int(np.searchsorted(self._ends, window, side="right"))
+    first = self._ends[record - 1] if record else 0
+    start = (window - first) * self.length
+    return self.source[record][start:start + self.length]

@@ -1,18 +1,20 @@
 """FAVOR+: the mathematics of Performer attention as pure JAX functions.
 
 No Flax, no state. Public entry points: `projection`, `feature_map`,
-`softmax_attention`, `favor_attention`, `causal_linear_attention_scan`, and the
+`softmax_attention`, `favor_attention`, `causal_linear_attention_scan`,
+`causal_decode_init` / `causal_decode_step` (incremental decoding), and the
 closed-form estimator errors of Lemma 2 in `theory`.
 """
 
-from performer.favor.attention import (DEFAULT_CHUNK_SIZE, causal_linear_attention_scan,
+from performer.favor.attention import (DEFAULT_CHUNK_SIZE, causal_decode_init,
+                                       causal_decode_step, causal_linear_attention_scan,
                                        favor_attention, softmax_attention)
 from performer.favor.features import (GENERALIZED_KERNELS, KERNELS, SOFTMAX_KERNELS,
                                       Features, feature_map, feature_parts)
 from performer.favor.projections import KINDS, SCALINGS, projection
 
 __all__ = [
-    "DEFAULT_CHUNK_SIZE", "Features", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
+    "DEFAULT_CHUNK_SIZE", "Features", "causal_decode_init", "causal_decode_step", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
     "SCALINGS", "SOFTMAX_KERNELS", "causal_linear_attention_scan", "favor_attention",
     "feature_map", "feature_parts", "projection", "softmax_attention",
 ]

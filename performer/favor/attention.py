@@ -144,6 +144,57 @@ def causal_linear_attention_scan(q_prime, k_prime, v):
   return jnp.moveaxis(out, 0, 1)
 
 
+def causal_decode_init(batch, heads, num_features, dv):
+  """The empty prefix state for `causal_decode_step`: (S, z, c), float32.
+
+  S: [B, H, M, dv] sum of k'_j v_j^T; z: [B, H, M] sum of k'_j; c: [B, H, M]
+  their log-scale reference (-inf: no token yet). M is the feature dimension
+  (2m for hyperbolic and trig, d for generalized kernels without W).
+  """
+  return (jnp.zeros((batch, heads, num_features, dv), jnp.float32),
+          jnp.zeros((batch, heads, num_features), jnp.float32),
+          jnp.full((batch, heads, num_features), -jnp.inf, jnp.float32))
+
+
+def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kernel_epsilon=0.0):
+  """One token of causal FAVOR attention in O(M dv) work: App. B.1's prefix sums.
+
+  Args:
+    state: (S, z, c) from `causal_decode_init` or the previous step.
+    q, k, v: [B, H, d] (v: [B, H, dv]) of the new token; W, kernel, scale and
+      kernel_epsilon as in `favor_attention`.
+
+  Returns:
+    (new state, out [B, H, dv] in v's dtype): out equals row t of
+    favor_attention(..., causal=True) for the sequence decoded so far.
+  """
+  s, z, c = state
+  if scale is None:
+    scale = q.shape[-1] ** -0.25
+  qf = features.feature_parts(q.astype(jnp.float32) * scale, W, kernel,
+                              kernel_epsilon=kernel_epsilon)
+  kf = features.feature_parts(k.astype(jnp.float32) * scale, W, kernel,
+                              kernel_epsilon=kernel_epsilon)
+  v32 = v.astype(jnp.float32)
+  if kf.log is None:
+    q_prime, k_prime = qf.value, kf.value
+  else:  # the per-feature reference grows to include this key; rebase the state
+    k_log = jnp.broadcast_to(kf.log, c.shape)
+    first = jnp.broadcast_to(jnp.max(k_log, -1, keepdims=True), c.shape)
+    c_prev = jnp.where(jnp.isfinite(c), c, first)
+    c_new = jnp.maximum(c_prev, k_log)
+    decay = jnp.exp(c_prev - c_new)
+    s, z = s * decay[..., None], z * decay
+    q_log = jnp.broadcast_to(qf.log, c.shape) + c_new
+    q_prime = _times(qf.value, jnp.exp(q_log - jnp.max(q_log, -1, keepdims=True)))
+    k_prime = _times(kf.value, jnp.exp(k_log - c_new))
+    c = c_new
+  s = s + jnp.einsum("bhm,bhd->bhmd", k_prime, v32)
+  z = z + k_prime
+  out = _divide(jnp.einsum("bhm,bhmd->bhd", q_prime, s), jnp.einsum("bhm,bhm->bh", q_prime, z))
+  return (s, z, c), out.astype(v.dtype)
+
+
 def _bidirectional(qf, kf, v, mask):
   """Eq. (4) with the per-feature reference of the module docstring."""
   keep = mask[:, :, None, None]  # [B, L, 1, 1]

@@ -38,6 +38,14 @@ class Block(nnx.Module):
     h = self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x))))
     return x + self.dropout(h)
 
+  def decode_step(self, x, cache):
+    """One token: x [B, d_model] -> (x, cache); dropout off (call model.eval() first)."""
+    q, k, v = jnp.split(self.qkv(self.ln_attn(x)), 3, axis=-1)
+    heads = lambda t: t.reshape(x.shape[0], self.cfg.num_heads, self.cfg.head_dim)
+    cache, att = self.attn.decode_step(cache, heads(q), heads(k), heads(v))
+    x = x + self.proj(att.reshape(x.shape[0], -1))
+    return x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x)))), cache
+
 
 class TransformerLM(nnx.Module):
   """tokens [B, L] int -> logits [B, L, vocab] float32."""
@@ -64,3 +72,26 @@ class TransformerLM(nnx.Module):
     for block in self.blocks:
       x = block(x, mask)
     return self.head(self.ln(x)).astype(jnp.float32)
+
+  def decode_init(self, batch):
+    """Per-layer caches for incremental decoding of a causal model.
+
+    Raises:
+      ValueError: a bidirectional model, or an attention without a decoder
+        (performer_softmax, performer_relu and linear have one).
+    """
+    if not self.cfg.causal:
+      raise ValueError("incremental decoding needs a causal (U) model")
+    if not hasattr(self.blocks[0].attn, "decode_init"):
+      raise ValueError(f"attention {self.cfg.attention!r} has no incremental decoder; "
+                       "performer_softmax, performer_relu and linear do")
+    return [b.attn.decode_init(batch, self.cfg.num_heads, self.cfg.head_dim) for b in self.blocks]
+
+  def decode_step(self, tokens, position, caches):
+    """tokens [B] at `position` -> (logits [B, vocab] float32, caches): O(1) in the length."""
+    x = self.embed(tokens) + self.pos(position)[None]
+    new = []
+    for block, cache in zip(self.blocks, caches):
+      x, cache = block.decode_step(x, cache)
+      new.append(cache)
+    return self.head(self.ln(x)).astype(jnp.float32), new

@@ -55,5 +55,41 @@ class Checkpoints:
       nnx.update(obj, state)
     return restored["meta"]
 
+  def load_params(self, model):
+    """Copies the trained parameters of this run's latest checkpoint into `model`.
+
+    The attention may differ (e.g. a Performer initialised from a Transformer,
+    paper Fig. 5): only nnx.Param values are copied, and they must match.
+
+    Returns:
+      The step loaded.
+
+    Raises:
+      UserError: no checkpoint, or parameters that do not match the model.
+    """
+    step = self.latest_step()
+    if step is None:
+      raise UserError(f"{self.manager.directory}: no checkpoint to initialise from")
+    restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    source = restored["state"]["model"]
+    target = nnx.state(model, nnx.Param)
+    wanted = nnx.to_pure_dict(target)
+
+    def copy(want, have, path):
+      if isinstance(want, dict):
+        if not isinstance(have, dict):
+          raise UserError(f"checkpoint has no parameters at {path or 'the root'}")
+        # orbax stores list indices (the blocks) as strings
+        return {k: copy(v, have.get(k, have.get(str(k))), f"{path}/{k}") for k, v in want.items()}
+      if have is None or tuple(have.shape) != tuple(want.shape):
+        raise UserError(f"parameter {path}: the checkpoint has "
+                        f"{None if have is None else tuple(have.shape)}, the model "
+                        f"{tuple(want.shape)}; only the attention may differ")
+      return have
+
+    nnx.replace_by_pure_dict(target, copy(wanted, source, ""))
+    nnx.update(model, target)
+    return step
+
   def close(self):
     self.manager.close()

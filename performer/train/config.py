@@ -23,3 +23,4 @@ class TrainConfig:
   checkpoint_every: int = 200
   eval_batches: int = 0  # 0: the whole valid split
   seed: int = 0
+  init_from: str = ""  # a trained workdir whose parameters start this run (paper Fig. 5)

@@ -78,6 +78,10 @@ def run(workdir, *, progress=True):
   start = ckpt.latest_step() or 0
   if start:
     ckpt.restore(start, model, optimizer)
+  elif train.init_from:  # backward compatibility: a trained model's weights, new attention
+    source = Checkpoints(os.path.abspath(os.path.join(train.init_from, "checkpoints")))
+    print(f"initialised from {train.init_from} step {source.load_params(model)}")
+    source.close()
   with open(os.path.join(workdir, "config.gin"), "w") as f:
     f.write(configurables.operative_config())
   with open(os.path.join(workdir, "config.json"), "w") as f:

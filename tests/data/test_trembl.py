@@ -263,3 +263,14 @@ def test_an_edited_input_is_not_taken_for_the_same_dataset(tmp_path):
   os.utime(path, ns=(1, 1))
   with pytest.raises(UserError, match="different dataset"):
     _prepare([path], tmp_path / "d", valid_fraction=0, test_fraction=0)
+
+
+def test_windows_cover_long_records_exactly(proteome, tmp_path):
+  from performer.data.shards import Windows  # pylint: disable=import-outside-toplevel
+  _prepare([proteome], tmp_path / "d", shard_tokens=20_000)
+  source = TokenShards(str(tmp_path / "d" / "single" / "train"))
+  windows = Windows(source, 100)
+  joined = [np.concatenate([w for w in (windows[i] for i in range(len(windows)))])]
+  assert np.array_equal(joined[0], np.concatenate([source[i] for i in range(len(source))]))
+  assert len(windows) == sum(-(-len(source[i]) // 100) for i in range(len(source)))
+  assert max(len(windows[i]) for i in range(len(windows))) == 100

@@ -113,3 +113,22 @@ def test_resuming_with_another_optimizer_is_a_clear_error(data, tmp_path):
 def test_eval_of_a_folder_that_is_not_a_run(tmp_path):
   with pytest.raises(UserError, match="no config.gin"):
     evaluate.run(str(tmp_path), "test")
+
+
+def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
+  """Backward compatibility (paper Fig. 5): same weights, attention swapped."""
+  _train(data, tmp_path / "exact", "TrainConfig.steps = 3", "ModelConfig.attention = 'exact'",
+         "ModelConfig.attention_options = {}")
+  exact_valid = [r for r in _rows(tmp_path / "exact") if r["split"] == "valid"][-1]
+  _train(data, tmp_path / "favor", "TrainConfig.steps = 3",
+         "ModelConfig.attention_options = {'num_features': 256}",
+         f"TrainConfig.init_from = '{tmp_path / 'exact'}'", "OptimConfig.learning_rate = 0.0")
+  favor_valid = [r for r in _rows(tmp_path / "favor") if r["split"] == "valid"][-1]
+  # With learning rate 0 the Performer keeps the Transformer's weights: its loss is close.
+  assert abs(favor_valid["loss"] - exact_valid["loss"]) < 0.05
+  scratch = _train(data, tmp_path / "scratch", "TrainConfig.steps = 3",
+                   "OptimConfig.learning_rate = 0.0")
+  assert abs(scratch["loss"] - exact_valid["loss"]) > abs(favor_valid["loss"] - exact_valid["loss"])
+  with pytest.raises(UserError, match="only the attention may differ"):
+    _train(data, tmp_path / "bad", "TrainConfig.steps = 3", "ModelConfig.d_ff = 48",
+           f"TrainConfig.init_from = '{tmp_path / 'exact'}'")
