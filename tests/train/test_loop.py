@@ -132,3 +132,28 @@ def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
   with pytest.raises(UserError, match="only the attention may differ"):
     _train(data, tmp_path / "bad", "TrainConfig.steps = 3", "ModelConfig.d_ff = 48",
            f"TrainConfig.init_from = '{tmp_path / 'exact'}'")
+
+
+def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  params = [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 60",
+            "TrainConfig.checkpoint_every = 5", "TrainConfig.eval_every = 60"]
+  cmd = [sys.executable, "-m", "performer.cli", "train", "--gin",
+         "gin/mini/trembl_u_performer_relu.gin", "--workdir", str(tmp_path / "killed")]
+  for p in params:
+    cmd += ["--gin_param", p]
+  proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  checkpoints = tmp_path / "killed" / "checkpoints"
+  deadline = time.time() + 120
+  while time.time() < deadline and not (checkpoints.exists() and any(
+      n.isdigit() and int(n) >= 10 for n in os.listdir(checkpoints))):
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)  # mid-run, possibly mid-save
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+  assert subprocess.run(cmd, cwd=root, capture_output=True).returncode == 0  # resumes
+  _train(data, tmp_path / "straight", *params[1:])
+  last = lambda w: [r for r in _rows(w) if r["split"] == "valid"][-1]
+  assert last(tmp_path / "killed") == last(tmp_path / "straight")
