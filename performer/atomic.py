@@ -45,7 +45,11 @@ def check_writable(path):
     raise UserError("the output path is empty")
   if os.path.isdir(path):
     raise UserError(f"{path} is a folder; give a file name inside it")
-  folder = os.path.dirname(os.path.abspath(path))
+  writable_folder(os.path.dirname(os.path.abspath(path)))
+
+
+def writable_folder(folder):
+  """Creates `folder` if needed; raises UserError unless it can be written."""
   try:
     os.makedirs(folder, exist_ok=True)
   except OSError as e:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 
+from performer.atomic import writable_folder
 from performer.errors import UserError
 
 MARKER = ".performer-partial"
@@ -38,13 +39,7 @@ def check(out, inputs, fingerprint, force):
       raise UserError(f"--out {out} is or holds the input {path}; choose another folder")
   if os.path.exists(out) and not os.path.isdir(out):
     raise UserError(f"--out {out} exists and is a file, not a folder")
-  parent = os.path.dirname(target)
-  try:
-    os.makedirs(parent, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create folder {parent}: {e.strerror}") from None
-  if not os.access(parent, os.W_OK):
-    raise UserError(f"cannot write to folder {parent}")
+  writable_folder(os.path.dirname(target))
   if not os.path.exists(out) or not os.listdir(out):
     return False
   manifest = os.path.join(out, "manifest.json")

@@ -54,6 +54,13 @@ def split_folder(cfg, split):
   return folder
 
 
+def multiplier(cfg, split):
+  """Word-level log-likelihood multiplier of `split` (PG-19; 1 for other data)."""
+  with open(os.path.join(cfg.path, "stats.json")) as f:
+    stats = json.load(f)
+  return stats["splits"][split]["multiplier"] if _kind(cfg) == "pg19" else 1.0
+
+
 def _kind(cfg):
   with open(os.path.join(cfg.path, "manifest.json")) as f:
     return json.load(f)["fingerprint"]["kind"]

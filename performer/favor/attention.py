@@ -96,12 +96,7 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   _check_shapes(q, k, v, mask, causal)
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-  if scale is None:
-    scale = q.shape[-1] ** -0.25
-  qf = features.feature_parts(q.astype(jnp.float32) * scale, W, kernel,
-                              kernel_epsilon=kernel_epsilon)
-  kf = features.feature_parts(k.astype(jnp.float32) * scale, W, kernel,
-                              kernel_epsilon=kernel_epsilon)
+  qf, kf = _features(q, k, W, kernel, scale, kernel_epsilon)
   if mask is None:
     mask = jnp.ones(k.shape[:2], bool)
   v32 = v.astype(jnp.float32)
@@ -169,12 +164,7 @@ def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kern
     favor_attention(..., causal=True) for the sequence decoded so far.
   """
   s, z, c = state
-  if scale is None:
-    scale = q.shape[-1] ** -0.25
-  qf = features.feature_parts(q.astype(jnp.float32) * scale, W, kernel,
-                              kernel_epsilon=kernel_epsilon)
-  kf = features.feature_parts(k.astype(jnp.float32) * scale, W, kernel,
-                              kernel_epsilon=kernel_epsilon)
+  qf, kf = _features(q, k, W, kernel, scale, kernel_epsilon)
   v32 = v.astype(jnp.float32)
   if kf.log is None:
     q_prime, k_prime = qf.value, kf.value
@@ -287,6 +277,13 @@ def _causal_chunk(carry, xs):
   s = s + jnp.einsum("bjhm,bjhd->bhmd", k_state, v)
   z = z + jnp.sum(k_state, axis=1)
   return (s, z, c), out
+
+
+def _features(q, k, W, kernel, scale, kernel_epsilon):
+  """Split-form features of q and k after scaling them (default d^(-1/4)), in float32."""
+  scale = q.shape[-1] ** -0.25 if scale is None else scale
+  return tuple(features.feature_parts(x.astype(jnp.float32) * scale, W, kernel,
+                                      kernel_epsilon=kernel_epsilon) for x in (q, k))
 
 
 def _divide(num, den):

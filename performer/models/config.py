@@ -23,6 +23,7 @@ class ModelConfig:
   attention: str = "exact"
   attention_options: dict = dataclasses.field(default_factory=dict)
   causal: bool = True
+  reversible: bool = False  # reversible residual layers (Reformer), models/reversible.py
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model", "d_ff"):

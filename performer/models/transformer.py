@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from performer import attention
+from performer.models.reversible import reversible_stack
 
 
 class Block(nnx.Module):
@@ -30,13 +31,23 @@ class Block(nnx.Module):
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
 
   def __call__(self, x, mask):  # x: [B, L, d_model], mask: [B, L] bool
+    x = x + self.attention_part(x, mask)
+    return x + self.mlp_part(x)
+
+  def attention_part(self, x, mask, key=None):
+    """Dropout(proj(attention(LN(x)))): F of a reversible layer. key: explicit dropout key."""
     batch, length, _ = x.shape
     q, k, v = jnp.split(self.qkv(self.ln_attn(x)), 3, axis=-1)
     heads = lambda t: t.reshape(batch, length, self.cfg.num_heads, self.cfg.head_dim)
     att = self.attn(heads(q), heads(k), heads(v), mask=mask, causal=self.cfg.causal)
-    x = x + self.dropout(self.proj(att.reshape(batch, length, -1)))
-    h = self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x))))
-    return x + self.dropout(h)
+    return self._dropout(self.proj(att.reshape(batch, length, -1)), key)
+
+  def mlp_part(self, x, key=None):
+    """Dropout(MLP(LN(x))): G of a reversible layer."""
+    return self._dropout(self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x)))), key)
+
+  def _dropout(self, x, key):
+    return self.dropout(x) if key is None else self.dropout(x, rngs=nnx.Rngs(dropout=key))
 
   def decode_step(self, x, cache):
     """One token: x [B, d_model] -> (x, cache); dropout off (call model.eval() first)."""
@@ -58,6 +69,7 @@ class TransformerLM(nnx.Module):
     self.ln = nnx.LayerNorm(cfg.d_model, rngs=rngs)
     self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, rngs=rngs)
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+    self.rngs = rngs  # dropout keys of the reversible stack
 
   def __call__(self, tokens, mask=None):
     """Args: tokens [B, L] ids; mask [B, L] bool (True = real token) or None.
@@ -69,8 +81,11 @@ class TransformerLM(nnx.Module):
     if length > self.cfg.max_len:
       raise ValueError(f"sequence length {length} exceeds max_len {self.cfg.max_len}")
     x = self.dropout(self.embed(tokens) + self.pos(jnp.arange(length))[None])
-    for block in self.blocks:
-      x = block(x, mask)
+    if self.cfg.reversible:
+      x = reversible_stack(self.blocks, x, mask, self.rngs.dropout())
+    else:
+      for block in self.blocks:
+        x = block(x, mask)
     return self.head(self.ln(x)).astype(jnp.float32)
 
   def decode_init(self, batch):

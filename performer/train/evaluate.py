@@ -15,7 +15,7 @@ import numpy as np
 
 from performer import configurables
 from performer.atomic import atomic_path
-from performer.data import pipeline
+from performer.data import pipeline, vocab
 from performer.errors import UserError
 from performer.train import loop, steps
 from performer.train.checkpoint import Checkpoints
@@ -59,16 +59,11 @@ def run(workdir, split):
   ckpt.restore(step, model, optimizer)
   ckpt.close()
   batches = pipeline.Batches(cfgs["data"], split, causal=cfgs["model"].causal)
-  multiplier = 1.0
-  stats_path = os.path.join(cfgs["data"].path, "stats.json")
-  with open(stats_path) as f:
-    data_stats = json.load(f)
-  if "splits" in data_stats and "vocab_size" in data_stats:  # PG-19: word-level perplexity
-    multiplier = data_stats["splits"][split]["multiplier"]
+  multiplier = pipeline.multiplier(cfgs["data"], split)  # PG-19: word-level perplexity
   result = loop.evaluate(model, batches, seed=cfgs["train"].seed, tokens=tokens,
                          causal=cfgs["model"].causal, multiplier=multiplier)
   result.update(step=step, split=split, multiplier=multiplier)
-  if "single" in data_stats:  # protein data: Table 2's empirical baseline
+  if pipeline.vocab_info(cfgs["data"])[0] == vocab.VOCAB_SIZE:  # proteins: Table 2's baseline
     result.update(_baseline(cfgs, tokens, batches))
   with atomic_path(os.path.join(workdir, "eval.json")) as tmp, open(tmp, "w") as f:
     json.dump(result, f, indent=1, sort_keys=True)

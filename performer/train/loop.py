@@ -91,6 +91,7 @@ def run(workdir, *, progress=True):
   process = dict(process_index=jax.process_index(), process_count=jax.process_count())
   train_data = pipeline.Batches(cfgs["data"], "train", causal=causal, **process)
   valid_data = pipeline.Batches(cfgs["data"], "valid", causal=causal, **process)
+  valid_multiplier = pipeline.multiplier(cfgs["data"], "valid")
   train_step = nnx.jit(steps.train_step, static_argnames=("seed", "tokens", "causal"))
   writer = MetricWriter(workdir)
   totals, last_valid, tick = None, None, time.perf_counter()
@@ -120,7 +121,7 @@ def run(workdir, *, progress=True):
       totals, tick = None, time.perf_counter()
     if done % train.eval_every == 0 or done == train.steps:
       last_valid = evaluate(model, valid_data, seed=train.seed, tokens=tokens, causal=causal,
-                            max_batches=train.eval_batches)
+                            multiplier=valid_multiplier, max_batches=train.eval_batches)
       writer.write(done, last_valid, "valid")
     if done % train.checkpoint_every == 0 or done == train.steps:
       ckpt.save(done, model, optimizer, {"step": done})
