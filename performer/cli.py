@@ -62,10 +62,9 @@ def _prepare_trembl(args):
   out = args.out or ("runs/data/trembl-sample" if args.sample else None)
   if out is None:
     raise UserError("--out is required (the folder to write)")
-  result = trembl.prepare(cfg, out, workers=args.workers, force=args.force)
+  trembl.prepare(cfg, out, workers=args.workers, force=args.force)
   with open(os.path.join(out, "stats.md")) as f:
     print(f.read().rstrip())
-  del result
 
 
 def _prepare_pg19(args):
@@ -102,7 +101,7 @@ def _gin(files, bindings):
 def _train(args):
   from performer.train import loop  # pylint: disable=import-outside-toplevel
   _gin(args.gin, args.gin_param)
-  print(f"processes {jax_process_info()}; workdir {args.workdir}")
+  print(f"process {_processes()}; workdir {args.workdir}")
   valid = loop.run(args.workdir)
   if valid:
     print("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
@@ -114,7 +113,7 @@ def _eval(args):
   print(json.dumps(result, indent=1, sort_keys=True))
 
 
-def jax_process_info():
+def _processes():
   import jax  # pylint: disable=import-outside-toplevel
   return f"{jax.process_index() + 1} of {jax.process_count()}, {jax.device_count()} device(s)"
 

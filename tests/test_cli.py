@@ -44,6 +44,9 @@ def test_planned_subcommands_say_not_implemented(name):
     (("prepare-trembl", "/nonexistent.fasta", "--out", "/tmp/x"), "no such file or folder"),
     (("prepare-trembl", "--sample", "--invalid", "drop"), "invalid choice"),
     (("prepare-pg19",), "give one source"),
+    (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--gin_param",
+      "DataConfig.path='/nonexistent'", "--workdir", "/tmp/x"), "no prepared dataset"),
+    (("train", "--gin", "gin/nope.gin", "--workdir", "/tmp/x"), "no such gin file"),
     (("prepare-pg19", "/nonexistent", "--out", "/tmp/x"), "no such folder"),
 ])
 def test_user_errors_are_one_line_with_nonzero_exit(args, message):

@@ -62,15 +62,18 @@ def multiplier(cfg, split):
 
 
 def _kind(cfg):
-  with open(os.path.join(cfg.path, "manifest.json")) as f:
-    return json.load(f)["fingerprint"]["kind"]
+  """'trembl' or 'pg19'; UserError when cfg.path holds no prepared dataset."""
+  try:
+    with open(os.path.join(cfg.path, "manifest.json")) as f:
+      return json.load(f)["fingerprint"]["kind"]
+  except FileNotFoundError:
+    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl or "
+                    "prepare-pg19 first)") from None
 
 
 def vocab_info(cfg):
   """(vocab_size, pad_id, eos_id, mask_id, first_regular_id) of the dataset."""
-  with open(os.path.join(cfg.path, "manifest.json")) as f:
-    manifest = json.load(f)
-  if manifest["fingerprint"]["kind"] == "trembl":
+  if _kind(cfg) == "trembl":
     return vocab.VOCAB_SIZE, vocab.PAD, vocab.EOS, vocab.MASK, len(vocab.SPECIALS)
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   sp = spm.SentencePieceProcessor(model_file=os.path.join(cfg.path, "spm.model"))

@@ -39,13 +39,21 @@ def optimizer_for(cfg):
 
 
 def build():
-  """(configs dict, model, optimizer, dataset tokens) from the parsed gin config."""
+  """(configs dict, model, optimizer, dataset tokens) from the parsed gin config.
+
+  Raises:
+    UserError: an invalid configuration (e.g. d_model not divisible by
+      num_heads, an unknown attention option) or missing data.
+  """
   data = configurables.build("DataConfig")
   train = configurables.build("TrainConfig")
   optim = configurables.build("OptimConfig")
   tokens = pipeline.vocab_info(data)
-  model_cfg = configurables.build("ModelConfig", vocab_size=tokens[0], max_len=data.seq_len)
-  model = TransformerLM(model_cfg, rngs=nnx.Rngs(params=train.seed, dropout=train.seed))
+  try:
+    model_cfg = configurables.build("ModelConfig", vocab_size=tokens[0], max_len=data.seq_len)
+    model = TransformerLM(model_cfg, rngs=nnx.Rngs(params=train.seed, dropout=train.seed))
+  except ValueError as e:
+    raise UserError(f"invalid model configuration: {str(e).splitlines()[0]}") from None
   optimizer = nnx.Optimizer(model, optimizer_for(optim), wrt=nnx.Param)
   return {"data": data, "train": train, "optim": optim, "model": model_cfg}, model, optimizer, tokens
 
