@@ -7,11 +7,6 @@ import sys
 
 from performer.errors import UserError
 
-PLANNED = {
-    "speed": "time and measure memory of FAVOR+ against exact attention (Fig. 3)",
-}
-
-
 def _floats(text):
   try:
     return tuple(float(x) for x in text.split(","))
@@ -43,6 +38,44 @@ def _approx_error(args):
   program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
         f"{program} figure mse-vs-m --input {args.out}")
+
+
+def _names(text):
+  return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _bytes(text):
+  units = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
+  number, unit = text.strip().lower().rstrip("ib").rstrip(), ""
+  if number and number[-1] in units:
+    number, unit = number[:-1], number[-1]
+  try:
+    return int(float(number) * units[unit])
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a size such as 512M or 20G, got {text!r}") from None
+
+
+def _speed(args):
+  from performer.experiments import speed  # pylint: disable=import-outside-toplevel
+  cfg = speed.SpeedConfig(
+      configs=args.config, attentions=args.attention, directions=args.direction,
+      modes=args.mode, seq_lens=args.seq_lens or speed.SWEEP, layer=args.layer_only, repeats=args.repeats,
+      time_cap=args.time_cap, memory_cap=args.memory_cap,
+      chunk_sizes=args.chunk_sizes or (None,), targets=args.targets)
+  rows, table, seconds = speed.main(cfg, args.out)
+  for row in rows:
+    where = "layer" if row["layer"] else "model"
+    chunk = f" chunk={row['chunk_size']}" if row.get("chunk_size") else ""
+    timing = (f"{row['median_ms']:10.1f} ms  (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}; "
+              f"compile {row['compile_s']:.1f} s; peak {row['peak_bytes'] / 2**20:,.0f} MiB)"
+              if row["status"] == "ok" else row["status"])
+    print(f"{row['config']:8} {where} {row['attention']:18} {row['direction']:13} "
+          f"{row['mode']:6} L={row['L']:<6}{chunk} {timing}")
+  print("targets (ratios of measurements in this run):")
+  print("\n".join(speed.format_ratios(table)))
+  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
+  print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
+        f"{program} figure speed --input {args.out}")
 
 
 def _prepare_trembl(args):
@@ -121,7 +154,7 @@ def _processes():
 def _figure(args):
   from performer import figures  # pylint: disable=import-outside-toplevel
   out = args.out or f"results/{args.name.replace('-', '_')}.png"
-  figures.render(args.name, args.input, out)
+  figures.render(args.name, args.input or figures.INPUTS[args.name], out)
   print(f"wrote {out}")
 
 
@@ -152,6 +185,50 @@ def _parser():
                       "hyperbolic, SMREG, H-ORF and G-ORF)")
   p.add_argument("--out", default="results/approx_error.json", help="output JSON file")
   p.set_defaults(func=_approx_error)
+
+  p = sub.add_parser(
+      "speed", help="time and memory of models and attention layers against L (Fig. 3)",
+      description="Times the forward pass (fwd) and the forward pass plus the gradient w.r.t. "
+                  "all parameters (fwdbwd) of whole models (batch 1, vocabulary 256), or of the "
+                  "attention layer alone (--layer-only), for L = 512, 1024, ... until a "
+                  "configuration runs out of memory or passes --time-cap. Each configuration "
+                  "runs in a fresh process: compiled ahead of time (compile time reported "
+                  "apart), one warm-up run (which also gives the peak memory), then --repeats "
+                  "timed runs. Writes JSON rows and prints the five target ratios that the "
+                  "run's rows allow; --targets runs exactly the measurements they need.")
+  p.add_argument("--config", type=_names, default=("regular",),
+                 help="regular = (heads, layers, d_ff, d) (8, 6, 2048, 512), small = (1, 6, 64, "
+                      "64) where attention dominates; comma-separated (default regular)")
+  p.add_argument("--attention", type=_names, default=("exact", "performer_softmax",
+                                                      "performer_relu", "identity"),
+                 help="comma-separated backends (default exact,performer_softmax,performer_relu,"
+                      "identity; identity is the paper's OPT bound); with --layer-only also "
+                      "favor_scan, causal FAVOR+ by a per-token lax.scan (the reference path)")
+  p.add_argument("--direction", type=_names, default=("bidirectional", "causal"),
+                 help="bidirectional (B) and/or causal (U) (default both)")
+  p.add_argument("--mode", type=_names, default=("fwd", "fwdbwd"),
+                 help="fwd and/or fwdbwd (default both)")
+  p.add_argument("--seq-lens", type=_ints, default=None,
+                 help="comma-separated L (default 512, 1024, ... 2^20, each series stopping at "
+                      "its first out-of-memory or time-cap)")
+  p.add_argument("--layer-only", action="store_true",
+                 help="time the attention layer alone on q, k, v [1, L, heads, d/heads]")
+  p.add_argument("--targets", action="store_true",
+                 help="run only the measurements behind the five target ratios (about 10 "
+                      "minutes on 2 CPU cores); ignores the selection flags")
+  p.add_argument("--repeats", type=int, default=5, help="timed runs after the warm-up (default 5)")
+  p.add_argument("--time-cap", type=float, default=120.0,
+                 help="seconds one configuration may take, compile included, before it is "
+                      "recorded as a timeout (default 120)")
+  p.add_argument("--memory-cap", type=_bytes, default=None,
+                 help="record configurations whose XLA buffer plan exceeds this size (e.g. 16G) "
+                      "as out of memory without running them (default: the device's limit, or "
+                      "90%% of available RAM)")
+  p.add_argument("--chunk-sizes", type=_ints, default=None,
+                 help="causal chunk lengths of the Performer attentions to compare (default: the "
+                      "library's, favor.DEFAULT_CHUNK_SIZE)")
+  p.add_argument("--out", default="results/speed.json", help="output JSON (default results/speed.json)")
+  p.set_defaults(func=_speed)
 
   p = sub.add_parser(
       "prepare-trembl", help="UniProt FASTA -> token shards with the paper's splits (Table 1)",
@@ -235,14 +312,12 @@ def _parser():
   p = sub.add_parser("figure", help="draw a paper figure from result files",
                      description="Renders a figure from a result file without recomputing it.")
   p.add_argument("name", choices=sorted(FIGURES), help="which figure")
-  p.add_argument("--input", default="results/approx_error.json", help="result JSON to read")
+  p.add_argument("--input", default=None, help="result JSON to read (default: results/"
+                                                "approx_error.json for mse-vs-m, results/"
+                                                "speed.json for speed)")
   p.add_argument("--out", default=None, help="output PNG (default results/<name>.png)")
   p.set_defaults(func=_figure)
 
-  for name, text in PLANNED.items():
-    p = sub.add_parser(name, help=f"{text} [not implemented yet]",
-                       description=f"{text}. Not implemented yet.")
-    p.set_defaults(func=None)
   return parser
 
 
@@ -250,9 +325,6 @@ def main(argv=None):
   """Entry point of the `performer` console script; returns the exit status."""
   parser = _parser()
   args, unknown = parser.parse_known_args(argv)
-  if args.func is None:  # a planned subcommand: whatever its flags, say so
-    print(f"performer {args.command}: not implemented yet", file=sys.stderr)
-    return 2
   if unknown:
     parser.subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
   try:

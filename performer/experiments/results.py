@@ -29,7 +29,7 @@ def environment():
   }
 
 
-def write_result(path, experiment, config, rows, *, wall_seconds=None):
+def write_result(path, experiment, config, rows, *, wall_seconds=None, env=None, extra=None):
   """Writes {schema_version, experiment, config, environment, rows, ...} to path.
 
   The file appears complete or not at all: it is written under a temporary
@@ -41,6 +41,9 @@ def write_result(path, experiment, config, rows, *, wall_seconds=None):
     config: a dataclass or dict, stored as the resolved configuration.
     rows: list of dicts of JSON-serialisable values.
     wall_seconds: optional run time to record.
+    env: the environment to record (default `environment()`, which starts
+      JAX's backend in this process).
+    extra: further top-level fields (a dict of JSON-serialisable values).
 
   Returns:
     The path written.
@@ -51,8 +54,9 @@ def write_result(path, experiment, config, rows, *, wall_seconds=None):
       "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "wall_seconds": wall_seconds,
       "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config,
-      "environment": environment(),
+      "environment": environment() if env is None else env,
       "rows": rows,
+      **(extra or {}),
   }
   with atomic_path(path) as tmp, open(tmp, "w") as f:
     json.dump(record, f, indent=1)

@@ -2,12 +2,20 @@
 
 `FIGURES` maps a figure name (as given to `performer figure NAME`) to the
 module that renders it; each module has `render(input_path, out_path)`.
+`INPUTS` gives each figure's default result file.
 """
 
 import importlib
 
 FIGURES = {
     "mse-vs-m": "performer.figures.mse_vs_m",  # paper Fig. 4
+    "speed": "performer.figures.speed",  # paper Fig. 3
+}
+
+
+INPUTS = {
+    "mse-vs-m": "results/approx_error.json",
+    "speed": "results/speed.json",
 }
 
 

@@ -52,11 +52,25 @@ def test_softmax_attention_matches_numpy():
 
 
 @pytest.mark.parametrize("kernel, eps", ALL)
-def test_bidirectional_equals_explicit_formula(kernel, eps):
+@pytest.mark.parametrize("block", [None, 1, 5, 16])  # None: one block (L=37 < default)
+def test_bidirectional_equals_explicit_formula(kernel, eps, block):
   q, k, v = _qkv()
   W = None if kernel in ("relu", "elu_plus_one", "exp") and eps else _W()
-  got = favor.favor_attention(q, k, v, W, kernel=kernel, kernel_epsilon=eps)
+  got = favor.favor_attention(q, k, v, W, kernel=kernel, kernel_epsilon=eps, chunk_size=block)
   np.testing.assert_allclose(got, _explicit(q, k, v, W, kernel, eps, False), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("block", [None, 4, 7])
+def test_bidirectional_blocks_with_fewer_keys_than_queries(block):
+  q, k, v = _qkv(11)
+  k, v = k[:, :13], v[:, :13]  # Lq = 37 queries over Lk = 13 keys
+  W = _W()
+  got = favor.favor_attention(q, k, v, W, chunk_size=block)
+  s = D ** -0.25
+  qp, kp = favor.feature_map(q * s, W), favor.feature_map(k * s, W)
+  a = np.einsum("bqhm,bkhm->bhqk", qp, kp).astype(np.float64)
+  expected = np.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
+  np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("kernel, eps", ALL)
@@ -114,9 +128,13 @@ def test_padding_never_changes_real_outputs(kernel, eps):
   # Bidirectional: any pattern of padded keys equals attention over the kept keys.
   mask = np.array(jax.random.bernoulli(jax.random.key(9), 0.6, (B, L)))
   mask[:, 0] = True
+  mask[:, 6:12] = False  # with blocks of 6 below, one block holds only padding
   garbage = jnp.where(jnp.asarray(mask)[:, :, None, None], k, 50.0)
   got = favor.favor_attention(q, garbage, v, W, kernel=kernel, mask=jnp.asarray(mask),
                               kernel_epsilon=eps)
+  blocked = favor.favor_attention(q, garbage, v, W, kernel=kernel, mask=jnp.asarray(mask),
+                                  kernel_epsilon=eps, chunk_size=6)
+  np.testing.assert_allclose(blocked, got, rtol=1e-4 if kernel == "trig" else 1e-5, atol=1e-6)
   for b in range(B):
     kept = np.flatnonzero(mask[b])
     alone = favor.favor_attention(q[b:b + 1], k[b:b + 1, kept], v[b:b + 1, kept], W,

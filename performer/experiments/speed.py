@@ -1,0 +1,314 @@
+"""Speed and memory of whole models and attention layers against L (paper Fig. 3).
+
+Every configuration (config, attention, direction, mode, L) is measured in a
+fresh process by `speed_worker` (what is timed and how memory is read is
+described there). A series (all but L fixed) runs L in increasing order and
+stops at the first that runs out of memory, passes the time cap or fails;
+that row keeps the status ("oom", "timeout", "error"), so a sweep never
+crashes on it.
+
+`targets_plan()` is the fixed set of measurements behind the five target
+ratios of `ratios()`; any run prints whichever of them its rows allow.
+"""
+
+import dataclasses
+import json
+import platform
+import subprocess
+import sys
+import time
+
+import tqdm
+
+from performer.atomic import check_writable
+from performer.errors import UserError
+from performer.experiments.results import write_result
+from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
+
+ATTENTIONS = ("exact", "performer_softmax", "performer_relu", "identity")
+LAYER_ATTENTIONS = ATTENTIONS + (SCAN,)
+DIRECTIONS = ("bidirectional", "causal")
+MODES = ("fwd", "fwdbwd")
+SWEEP = tuple(2 ** p for p in range(9, 21))  # 512 ... 2^20, until OOM or the time cap
+MATMUL_N = 4096  # jnp.dot of two N x N float32 matrices: the machine's GFLOP/s
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedConfig:
+  """What to measure; the product of the lists, each series over seq_lens.
+
+  memory_cap: bytes; a configuration whose XLA buffer plan needs more is
+    "oom" without running (default: the device's limit, or 90% of the
+    memory available when the worker starts).
+  chunk_sizes: causal chunk lengths of the Performer attentions (None: the
+    library default).
+  """
+  configs: tuple[str, ...] = ("regular",)
+  attentions: tuple[str, ...] = ATTENTIONS
+  directions: tuple[str, ...] = DIRECTIONS
+  modes: tuple[str, ...] = MODES
+  seq_lens: tuple[int, ...] = SWEEP
+  layer: bool = False
+  repeats: int = 5
+  time_cap: float = 120.0
+  memory_cap: int | None = None
+  chunk_sizes: tuple[int | None, ...] = (None,)
+  targets: bool = False
+
+  def __post_init__(self):
+    for name, given, known in (("config", self.configs, tuple(CONFIGS)),
+                               ("attention", self.attentions,
+                                LAYER_ATTENTIONS if self.layer or self.targets else ATTENTIONS),
+                               ("direction", self.directions, DIRECTIONS),
+                               ("mode", self.modes, MODES)):
+      if not given:
+        raise UserError(f"give at least one {name}")
+      for value in given:
+        if value not in known:
+          hint = " (the scan reference is timed with --layer-only)" if value == SCAN else ""
+          raise UserError(f"unknown {name} {value!r}; choose from {', '.join(known)}{hint}")
+    if not self.seq_lens or min(self.seq_lens) < 1:
+      raise UserError(f"sequence lengths must be >= 1, got {self.seq_lens}")
+    if self.repeats < 1:
+      raise UserError(f"--repeats must be >= 1, got {self.repeats}")
+    if not self.time_cap > 0:
+      raise UserError(f"--time-cap must be > 0 seconds, got {self.time_cap}")
+    if self.memory_cap is not None and self.memory_cap < 1:
+      raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
+    if any(c is not None and c < 1 for c in self.chunk_sizes):
+      raise UserError(f"chunk sizes must be >= 1, got {self.chunk_sizes}")
+
+
+def spec(config, attention, direction, mode, length, *, layer, chunk_size=None):
+  """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
+  return {"config": config, "attention": attention, "direction": direction, "mode": mode,
+          "L": length, "layer": layer,
+          "chunk_size": chunk_size if attention.startswith("performer") else None}
+
+
+def plan(cfg):
+  """The series to run: lists of specs in increasing L."""
+  if cfg.targets:
+    return targets_plan()
+  series = []
+  for config in cfg.configs:
+    for attention in cfg.attentions:
+      for direction in cfg.directions:
+        if attention == SCAN and direction != "causal":
+          continue  # the scan reference is causal only
+        for mode in cfg.modes:
+          chunks = cfg.chunk_sizes if attention.startswith("performer") else (None,)
+          for chunk in chunks:
+            series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
+                                chunk_size=chunk) for n in sorted(set(cfg.seq_lens))])
+  return series
+
+
+def targets_plan():
+  """The measurements behind `ratios()`: regular config, m = 256, d = 64, 8 heads."""
+  def one(attention, direction, mode, lengths, layer):
+    return [spec("regular", attention, direction, mode, n, layer=layer) for n in lengths]
+  series = [
+      one("performer_softmax", "causal", "fwdbwd", (4096, 8192, 32768), True),  # 1, 4
+      one("performer_softmax", "bidirectional", "fwdbwd", (8192,), True),  # 1
+      one(SCAN, "causal", "fwdbwd", (8192,), True),  # 1
+      one("performer_softmax", "bidirectional", "fwd", (16384,), True),  # 3
+  ]
+  for direction in DIRECTIONS:  # 2, 5
+    series.append(one("identity", direction, "fwdbwd", (8192,), False))
+    series.append(one("performer_softmax", direction, "fwdbwd", (512, 1024, 2048, 8192), False))
+    series.append(one("exact", direction, "fwdbwd", (512, 1024, 2048), False))
+  return series
+
+
+def run_one(spec_, cfg):
+  """Measures one configuration in a fresh process; returns its row (never raises for it)."""
+  start = time.time()
+  job = dict(spec_, repeats=cfg.repeats, memory_cap=cfg.memory_cap,
+             deadline=start + 0.9 * cfg.time_cap)
+  row = dict(spec_)
+  try:
+    done = subprocess.run([sys.executable, "-m", "performer.experiments.speed_worker",
+                           json.dumps(job)], capture_output=True, text=True,
+                          timeout=cfg.time_cap, check=False)
+  except subprocess.TimeoutExpired:
+    return dict(row, status="timeout", detail=f"not done within the {cfg.time_cap:g} s time cap",
+                wall_s=round(time.time() - start, 2))
+  row["wall_s"] = round(time.time() - start, 2)
+  lines = done.stdout.strip().splitlines()
+  if done.returncode == 0 and lines:
+    return dict(row, **json.loads(lines[-1]))
+  if done.returncode == -9:  # SIGKILL without our timeout: the kernel's OOM killer
+    return dict(row, status="oom", detail="the worker was killed (SIGKILL), most likely for memory")
+  errors = [l for l in done.stderr.strip().splitlines() if l.strip()]
+  return dict(row, status="error",
+              detail=(errors[-1] if errors else f"worker exited with {done.returncode}")[:300])
+
+
+def measure_matmul(cfg):
+  """jnp.dot throughput (float32, N = MATMUL_N) in a fresh process: a row-like dict."""
+  job = {"kind": "matmul", "n": MATMUL_N, "repeats": max(cfg.repeats, 3)}
+  try:
+    done = subprocess.run([sys.executable, "-m", "performer.experiments.speed_worker",
+                           json.dumps(job)], capture_output=True, text=True,
+                          timeout=max(cfg.time_cap, 60), check=False)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+  except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError):
+    return {"status": "error", "n": MATMUL_N}
+
+
+def run(cfg, *, progress=True, log=print):
+  """Runs the plan. Returns (rows, matmul): measured rows and the jnp.dot reference."""
+  series = plan(cfg)
+  total = sum(len(s) for s in series)
+  rows = []
+  with tqdm.tqdm(total=total, desc="speed", unit="config", disable=not progress) as bar:
+    for specs in series:
+      for i, one in enumerate(specs):
+        bar.set_postfix_str(_name(one), refresh=True)
+        row = run_one(one, cfg)
+        rows.append(row)
+        bar.update(1)
+        if row["status"] != "ok":
+          log(f"{_name(one)}: {row['status']} ({row.get('detail', '')}); "
+              f"longer L of this series skipped")
+          bar.update(len(specs) - i - 1)
+          break
+  return rows, measure_matmul(cfg)
+
+
+def main(cfg, out, *, progress=True):
+  """Runs `cfg`, writes the JSON result to `out`, returns (rows, ratios, seconds).
+
+  Raises:
+    UserError: `out` cannot be written (checked before measuring).
+  """
+  check_writable(out)
+  start = time.perf_counter()
+  rows, matmul = run(cfg, progress=progress, log=lambda s: tqdm.tqdm.write(s))
+  seconds = time.perf_counter() - start
+  table = ratios(rows, matmul)
+  first = next((r for r in rows if "jax_version" in r), matmul)
+  env = {"python": platform.python_version(), "machine": platform.machine(),
+         "processor": platform.processor(), "jax": first.get("jax_version"),
+         "backend": first.get("backend"), "device": first.get("device")}
+  write_result(out, "speed", cfg, rows, wall_seconds=round(seconds, 1), env=env,
+               extra={"matmul": matmul, "ratios": table})
+  return rows, table, seconds
+
+
+def _name(s):
+  where = "layer" if s["layer"] else "model"
+  chunk = f" chunk {s['chunk_size']}" if s.get("chunk_size") else ""
+  return f"{s['config']} {where} {s['attention']} {s['direction']} {s['mode']}{chunk} L={s['L']}"
+
+
+def _find(rows, **keys):
+  """The ok row matching keys (chunk_size must be the default), or None."""
+  for row in rows:
+    if row.get("status") == "ok" and not row.get("chunk_size") and all(
+        row.get(k) == v for k, v in keys.items()):
+      return row
+  return None
+
+
+def crossover(rows, **keys):
+  """Smallest measured L from which Performer-softmax is faster than exact at every longer
+  measured L (exact runs out first counts as faster), or None."""
+  perf = {r["L"]: r for r in rows if r.get("attention") == "performer_softmax"
+          and not r.get("chunk_size") and all(r.get(k) == v for k, v in keys.items())}
+  exact = {r["L"]: r for r in rows if r.get("attention") == "exact"
+           and all(r.get(k) == v for k, v in keys.items())}
+  lengths = sorted(n for n in perf if perf[n]["status"] == "ok" and n in exact)
+  best = None
+  for n in reversed(lengths):
+    if exact[n]["status"] != "ok" or perf[n]["median_ms"] < exact[n]["median_ms"]:
+      best = n
+    else:
+      break
+  return best
+
+
+def ratios(rows, matmul):
+  """The five target ratios of the speed issue, from rows of one run.
+
+  Returns a list of dicts: id, name, value (None when the rows lack a
+  measurement), target (text), met (bool or None) and detail.
+  """
+  out = []
+
+  def add(id_, name, value, target, met, detail):  # met None: not measured
+    out.append({"id": id_, "name": name, "value": value, "target": target,
+                "met": None if value is None and not detail else bool(met),
+                "detail": detail or None})
+
+  layer = dict(config="regular", layer=True)
+  causal = _find(rows, attention="performer_softmax", direction="causal", mode="fwdbwd",
+                 L=8192, **layer)
+  bidir = _find(rows, attention="performer_softmax", direction="bidirectional", mode="fwdbwd",
+                L=8192, **layer)
+  scan = _find(rows, attention=SCAN, direction="causal", mode="fwdbwd", L=8192, **layer)
+  value = causal and bidir and causal["median_ms"] / bidir["median_ms"]
+  add("1a", "causal / bidirectional FAVOR+ fwd+bwd, L=8192 (layer, m=256, d=64, 8 heads)",
+      value, "<= 1.3", value is not None and value <= 1.3,
+      causal and bidir and f"{causal['median_ms']:.1f} ms / {bidir['median_ms']:.1f} ms")
+  value = causal and scan and scan["median_ms"] / causal["median_ms"]
+  add("1b", "per-token lax.scan / chunked causal FAVOR+ fwd+bwd, L=8192", value, ">= 2",
+      value is not None and value >= 2,
+      causal and scan and f"{scan['median_ms']:.1f} ms / {causal['median_ms']:.1f} ms")
+  for direction, tag in (("bidirectional", "B"), ("causal", "U")):
+    perf = _find(rows, config="regular", layer=False, attention="performer_softmax",
+                 direction=direction, mode="fwdbwd", L=8192)
+    ident = _find(rows, config="regular", layer=False, attention="identity",
+                  direction=direction, mode="fwdbwd", L=8192)
+    value = perf and ident and perf["median_ms"] / ident["median_ms"]
+    add(f"2{tag}", f"Performer / identity-attention model fwd+bwd, regular, ({tag}), L=8192",
+        value, "<= 1.25", value is not None and value <= 1.25,
+        perf and ident and f"{perf['median_ms']:.0f} ms / {ident['median_ms']:.0f} ms")
+  fwd = _find(rows, attention="performer_softmax", direction="bidirectional", mode="fwd",
+              L=16384, **layer)
+  value = None
+  if fwd and matmul.get("status") == "ok":
+    heads, _, _, d_model = CONFIGS["regular"]
+    flops = 8 * 16384 * NUM_FEATURES * (d_model // heads) * heads
+    gflops = flops / fwd["median_ms"] / 1e6
+    value = gflops / matmul["gflops"]
+  add("3", "bidirectional FAVOR+ fwd GFLOP/s at L=16384 / jnp.dot float32 GFLOP/s", value,
+      ">= 0.5", value is not None and value >= 0.5,
+      value is not None and f"{gflops:.1f} / {matmul['gflops']:.1f} GFLOP/s (8 L m d per head)")
+  small = _find(rows, attention="performer_softmax", direction="causal", mode="fwdbwd",
+                L=4096, **layer)
+  large = _find(rows, attention="performer_softmax", direction="causal", mode="fwdbwd",
+                L=32768, **layer)
+  value = None
+  if small and large and small.get("peak_bytes") and large.get("peak_bytes"):
+    per = (small["peak_bytes"] / 4096, large["peak_bytes"] / 32768)
+    value = max(per) / min(per)
+  add("4", "causal FAVOR+ fwd+bwd peak bytes/token, L=4096 vs 32768 (max/min)", value,
+      "<= 1.10", value is not None and value <= 1.10,
+      value is not None and f"{per[0]:.0f} vs {per[1]:.0f} bytes/token ({small['memory_source']})")
+  for direction, tag in (("bidirectional", "B"), ("causal", "U")):
+    keys = dict(config="regular", layer=False, direction=direction, mode="fwdbwd")
+    measured = [r for r in rows if all(r.get(k) == v for k, v in keys.items())
+                and r.get("attention") in ("exact", "performer_softmax")]
+    value = crossover(rows, **keys) if measured else None
+    lengths = ",".join(str(n) for n in sorted({r["L"] for r in measured}))
+    add(f"5{tag}", f"crossover L: Performer fwd+bwd faster than exact, regular model ({tag})",
+        value, "<= 1024", value is not None and value <= 1024,
+        measured and (f"measured L: {lengths}" if value else
+                      f"exact was as fast or faster at every measured L ({lengths})"))
+  return out
+
+
+def format_ratios(table):
+  """Lines for the terminal: one per target."""
+  lines = []
+  for r in table:
+    if r["met"] is None:
+      lines.append(f"  [{r['id']}] {r['name']}: not measured in this run (see --targets)")
+      continue
+    value = f"{r['value']:.3g}" if isinstance(r["value"], float) else str(r["value"] or "none")
+    verdict = "met" if r["met"] else "NOT met"
+    lines.append(f"  [{r['id']}] {r['name']}: {value} (target {r['target']}: {verdict}; "
+                 f"{r['detail']})")
+  return lines

@@ -1,0 +1,260 @@
+"""Times one speed configuration in this process: `speed.py` runs each in a fresh one.
+
+    python -m performer.experiments.speed_worker '{"config": "regular", ...}'
+
+prints one JSON line: the measurement. A fresh process per configuration
+gives a clean peak-memory reading (and lets the parent kill it at the time
+cap, or survive it being killed for memory).
+
+What is timed (paper Fig. 3): the whole model (`layer` false) from tokens
+[1, L] to logits, or the attention layer alone from q, k, v [1, L, H, d];
+`fwd` is the forward pass, `fwdbwd` the forward pass and the gradient of a
+scalar loss w.r.t. every parameter (model) or w.r.t. q, k, v (layer). The
+function is compiled ahead of time (compile_s), run once as a warm-up (that
+run also gives the peak memory), then `repeats` times, each blocked on with
+`block_until_ready`.
+
+Peak memory: on backends with device memory statistics (GPU, TPU), the
+allocator's peak bytes in use during the warm-up run minus the bytes in use
+before it. On CPU, the rise of the process's resident-set high-water mark
+(Linux VmHWM, reset after compiling through /proc/self/clear_refs) over the
+resident set before the run; where that reset is unavailable, the rise of
+getrusage's peak, which may then include compilation. Both are bytes.
+"""
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+# Model configurations: (num_heads, num_layers, d_ff, d_model). Regular is Fig. 3's;
+# Small is App. E's "Small", where attention dominates the cost.
+CONFIGS = {"regular": (8, 6, 2048, 512), "small": (1, 6, 64, 64)}
+VOCAB_SIZE = 256
+NUM_FEATURES = 256  # m of both Performers (App. A.3, A.4)
+# Harness-only attention: FAVOR+ causal by a per-token lax.scan prefix sum
+# (favor.causal_linear_attention_scan), the reference path of the causal target.
+SCAN = "favor_scan"
+
+
+def measure(spec):
+  """Measures `spec` (a dict; see speed.Spec) and returns the row's measured fields.
+
+  Returns:
+    dict with status "ok" and median_ms, min_ms, max_ms, times_ms, repeats,
+    compile_s, peak_bytes, memory_source, xla_bytes; or status "oom" with a
+    detail when XLA's buffer plan exceeds spec["memory_cap"] or the runtime
+    reports exhausted memory.
+  """
+  fn, args = _build(spec)
+  start = time.perf_counter()
+  compiled = jax.jit(fn).lower(*args).compile()
+  compile_s = time.perf_counter() - start
+  xla_bytes = _planned_bytes(compiled)
+  cap = spec.get("memory_cap") or _memory_cap()
+  if cap and xla_bytes and xla_bytes > cap:
+    return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
+            "detail": f"XLA's buffer plan needs {xla_bytes / 2**30:.2f} GiB, "
+                      f"more than the {cap / 2**30:.2f} GiB memory cap"}
+  try:
+    memory = _PeakMemory()
+    jax.block_until_ready(compiled(*args))  # warm-up, excluded from the times
+    peak_bytes, source = memory.read()
+    deadline = spec.get("deadline")
+    times = []
+    for _ in range(spec["repeats"]):
+      if times and deadline and time.time() + max(times) > deadline:
+        break  # keep inside the time cap: fewer repeats, recorded as such
+      start = time.perf_counter()
+      jax.block_until_ready(compiled(*args))
+      times.append(time.perf_counter() - start)
+  except Exception as e:  # pylint: disable=broad-except
+    if _is_oom(e):
+      return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
+              "detail": str(e).splitlines()[0][:300]}
+    raise
+  ms = sorted(t * 1e3 for t in times)
+  return {"status": "ok", "median_ms": statistics.median(ms), "min_ms": ms[0], "max_ms": ms[-1],
+          "times_ms": [round(t * 1e3, 3) for t in times], "repeats": len(times),
+          "compile_s": compile_s, "peak_bytes": peak_bytes, "memory_source": source,
+          "xla_bytes": xla_bytes}
+
+
+def _build(spec):
+  """(function, arguments) to time for spec."""
+  if spec["layer"]:
+    return _layer(spec)
+  return _model(spec)
+
+
+def _model(spec):
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from performer.models.config import ModelConfig  # pylint: disable=import-outside-toplevel
+  from performer.models.transformer import TransformerLM  # pylint: disable=import-outside-toplevel
+  heads, layers, d_ff, d_model = CONFIGS[spec["config"]]
+  length = spec["L"]
+  cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length, num_layers=layers, num_heads=heads,
+                    d_model=d_model, d_ff=d_ff, dropout=0.0, attention=spec["attention"],
+                    attention_options=_options(spec), causal=spec["direction"] == "causal")
+  model = TransformerLM(cfg, rngs=nnx.Rngs(spec.get("seed", 0)))
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  tokens = jax.random.randint(jax.random.key(1), (1, length + 1), 0, VOCAB_SIZE)
+
+  def logits(params, rest, tokens):
+    return nnx.merge(graphdef, params, rest)(tokens[:, :-1])
+
+  def loss(params, rest, tokens):  # next-token cross-entropy (a bidirectional model sees its target: fine for timing)
+    log_p = jax.nn.log_softmax(logits(params, rest, tokens))
+    return -jnp.mean(jnp.take_along_axis(log_p, tokens[:, 1:, None], axis=-1))
+
+  fn = logits if spec["mode"] == "fwd" else jax.value_and_grad(loss)
+  return fn, (params, rest, tokens)
+
+
+def _layer(spec):
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from performer import attention, favor  # pylint: disable=import-outside-toplevel
+  heads, _, _, d_model = CONFIGS[spec["config"]]
+  head_dim, length, causal = d_model // heads, spec["L"], spec["direction"] == "causal"
+  keys = jax.random.split(jax.random.key(1), 3)
+  q, k, v = (jax.random.normal(key, (1, length, heads, head_dim)) for key in keys)
+  if spec["attention"] == SCAN:
+    W = favor.projection(jax.random.key(0), NUM_FEATURES, head_dim, "orthogonal", "chi")
+
+    def attend(q, k, v):
+      scale = head_dim ** -0.25
+      return favor.causal_linear_attention_scan(favor.feature_map(q * scale, W),
+                                                favor.feature_map(k * scale, W), v)
+  else:
+    layer = attention.make(spec["attention"], num_heads=heads, head_dim=head_dim,
+                           max_len=length, rngs=nnx.Rngs(0), **_options(spec))
+
+    def attend(q, k, v):
+      return layer(q, k, v, causal=causal)
+
+  if spec["mode"] == "fwd":
+    return attend, (q, k, v)
+  return jax.value_and_grad(lambda q, k, v: jnp.sum(attend(q, k, v) ** 2), argnums=(0, 1, 2)), (q, k, v)
+
+
+def _options(spec):
+  if not spec["attention"].startswith("performer"):
+    return {}
+  options = {"num_features": NUM_FEATURES}
+  if spec.get("chunk_size"):
+    options["chunk_size"] = spec["chunk_size"]
+  return options
+
+
+def _planned_bytes(compiled):
+  """Arguments + outputs + temporaries of XLA's buffer assignment, or None."""
+  try:
+    stats = compiled.memory_analysis()
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes
+               + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except
+    return None  # a backend without the analysis
+
+
+class _PeakMemory:
+  """Peak bytes used between construction and `read()` (see the module docstring)."""
+
+  def __init__(self):
+    self.device = jax.local_devices()[0]
+    stats = self._device_stats()
+    if stats is not None:
+      self.before = stats.get("bytes_in_use", 0)
+      return
+    self.before = _status_bytes("VmRSS")
+    try:  # "5" resets the peak RSS to the current RSS (Linux >= 4.0)
+      with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+      self.source = "rss"
+    except OSError:
+      self.source = "rusage"
+
+  def _device_stats(self):
+    try:
+      stats = self.device.memory_stats()
+    except Exception:  # pylint: disable=broad-except
+      return None
+    return stats if stats and "peak_bytes_in_use" in stats else None
+
+  def read(self):
+    """(peak bytes above the starting point, source name)."""
+    stats = self._device_stats()
+    if stats is not None:
+      return int(stats["peak_bytes_in_use"] - self.before), "device"
+    if self.source == "rss":
+      peak = _status_bytes("VmHWM")
+    else:
+      peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return int(max(peak - self.before, 0)), self.source
+
+
+def _memory_cap():
+  """The device allocator's limit, else 90% of the memory Linux reports available."""
+  try:
+    limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
+    if limit:
+      return int(limit)
+  except Exception:  # pylint: disable=broad-except
+    pass
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(0.9 * int(line.split()[1]) * 1024)
+  except OSError:
+    pass
+  return None
+
+
+def _status_bytes(field):
+  """A memory field of /proc/self/status (e.g. VmRSS, VmHWM) in bytes."""
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1]) * 1024
+  raise OSError(f"/proc/self/status has no {field}")
+
+
+def _is_oom(error):
+  text = f"{type(error).__name__}: {error}"
+  return any(s in text for s in ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory",
+                                 "MemoryError", "bad_alloc"))
+
+
+def measure_matmul(spec):
+  """GFLOP/s of jnp.dot on two N x N float32 matrices (2 N^3 flops), median of repeats."""
+  n = spec["n"]
+  a, b = (jax.random.normal(key, (n, n), jnp.float32) for key in jax.random.split(jax.random.key(0)))
+  dot = jax.jit(jnp.dot).lower(a, b).compile()
+  jax.block_until_ready(dot(a, b))
+  times = []
+  for _ in range(spec["repeats"]):
+    start = time.perf_counter()
+    jax.block_until_ready(dot(a, b))
+    times.append(time.perf_counter() - start)
+  median = statistics.median(times)
+  return {"status": "ok", "n": n, "median_ms": median * 1e3, "gflops": 2 * n ** 3 / median / 1e9}
+
+
+def main():
+  spec = json.loads(sys.argv[1])
+  result = measure_matmul(spec) if spec.get("kind") == "matmul" else measure(spec)
+  result["device"] = jax.devices()[0].device_kind
+  result["backend"] = jax.default_backend()
+  result["jax_version"] = jax.__version__
+  sys.stdout.write(json.dumps(result) + "\n")
+  sys.stdout.flush()
+  os._exit(0)  # skip interpreter teardown of XLA's threads: the result is out
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,159 @@
+"""The speed harness: tiny real runs end to end, the oom and timeout paths, the ratios."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from performer.experiments import speed
+
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
+def _cli(*args):
+  return subprocess.run([sys.executable, "-m", "performer.cli", "speed", *args],
+                        capture_output=True, text=True, env=ENV)
+
+
+def test_tiny_sweep_end_to_end_and_figure(tmp_path):
+  out = tmp_path / "speed.json"
+  result = _cli("--config", "small", "--attention", "exact,performer_softmax",
+                "--direction", "causal", "--mode", "fwd,fwdbwd", "--seq-lens", "32,16",
+                "--repeats", "3", "--out", str(out))
+  assert result.returncode == 0, result.stderr
+  record = json.loads(out.read_text())
+  assert record["experiment"] == "speed" and record["environment"]["backend"] == "cpu"
+  rows = record["rows"]
+  assert [(r["attention"], r["mode"], r["L"]) for r in rows] == [
+      (a, m, n) for a in ("exact", "performer_softmax") for m in ("fwd", "fwdbwd") for n in (16, 32)]
+  for row in rows:
+    assert row["status"] == "ok", row
+    assert row["repeats"] == 3 and len(row["times_ms"]) == 3
+    assert 0 < row["min_ms"] <= row["median_ms"] <= row["max_ms"]
+    assert sorted(row["times_ms"])[1] == pytest.approx(row["median_ms"], abs=1e-3)
+    assert row["compile_s"] > 0 and row["peak_bytes"] > 0 and row["xla_bytes"] > 0
+    assert row["device"] and row["jax_version"] and row["config"] == "small"
+  # Backward needs more memory than forward alone: the planned bytes say so.
+  by = {(r["attention"], r["mode"], r["L"]): r for r in rows}
+  assert by["exact", "fwdbwd", 32]["xla_bytes"] > by["exact", "fwd", 32]["xla_bytes"]
+  assert record["matmul"]["status"] == "ok" and record["matmul"]["gflops"] > 0
+  assert "targets (ratios" in result.stdout and "[1a]" in result.stdout
+  assert f"wrote {out}" in result.stdout
+
+  png = tmp_path / "speed.png"
+  result = subprocess.run([sys.executable, "-m", "performer.cli", "figure", "speed", "--input",
+                           str(out), "--out", str(png)], capture_output=True, text=True, env=ENV)
+  assert result.returncode == 0, result.stderr
+  assert png.stat().st_size > 10_000
+
+
+def test_layer_only_times_the_scan_reference_and_matches_rows_to_flags(tmp_path):
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("performer_relu", speed.SCAN),
+                          directions=("bidirectional", "causal"), modes=("fwdbwd",),
+                          seq_lens=(24,), layer=True, repeats=1, chunk_sizes=(8,))
+  rows, matmul = speed.run(cfg, progress=False, log=lambda s: None)
+  assert matmul["status"] == "ok"
+  # The scan reference is causal only; chunk sizes apply to the Performers only.
+  assert [(r["attention"], r["direction"], r["chunk_size"]) for r in rows] == [
+      ("performer_relu", "bidirectional", 8), ("performer_relu", "causal", 8),
+      (speed.SCAN, "causal", None)]
+  assert all(r["status"] == "ok" and r["layer"] for r in rows)
+
+
+def test_memory_cap_gives_oom_rows_and_stops_the_series():
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("exact",), directions=("causal",),
+                          modes=("fwd",), seq_lens=(16, 32, 64), repeats=1, memory_cap=1024)
+  logged = []
+  rows, _ = speed.run(cfg, progress=False, log=logged.append)
+  assert len(rows) == 1, rows  # longer L are not attempted
+  assert rows[0]["status"] == "oom" and "memory cap" in rows[0]["detail"]
+  assert "median_ms" not in rows[0]
+  assert "oom" in logged[0] and "skipped" in logged[0]
+
+
+def test_time_cap_gives_a_timeout_row():
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("identity",), directions=("causal",),
+                          modes=("fwd",), seq_lens=(16, 32), repeats=1, time_cap=0.05)
+  rows, _ = speed.run(cfg, progress=False, log=lambda s: None)
+  assert [r["status"] for r in rows] == ["timeout"]
+  assert "0.05 s time cap" in rows[0]["detail"]
+
+
+def test_a_worker_killed_by_the_kernel_is_oom_and_a_crash_is_an_error(monkeypatch):
+  one = speed.spec("small", "exact", "causal", "fwd", 16, layer=False)
+  cfg = speed.SpeedConfig()
+  killed = subprocess.CompletedProcess([], -9, stdout="", stderr="")
+  monkeypatch.setattr(speed.subprocess, "run", lambda *a, **k: killed)
+  assert speed.run_one(one, cfg)["status"] == "oom"
+  crashed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback\nValueError: boom\n")
+  monkeypatch.setattr(speed.subprocess, "run", lambda *a, **k: crashed)
+  row = speed.run_one(one, cfg)
+  assert row["status"] == "error" and row["detail"] == "ValueError: boom"
+
+
+def _row(attention, direction, mode, length, ms, *, layer, peak=None, status="ok"):
+  row = dict(speed.spec("regular", attention, direction, mode, length, layer=layer), status=status)
+  if status == "ok":
+    row.update(median_ms=ms, min_ms=ms, max_ms=ms, peak_bytes=peak or 1, memory_source="rss")
+  return row
+
+
+def test_ratios_from_rows_against_hand_computed_values():
+  rows = [
+      _row("performer_softmax", "causal", "fwdbwd", 8192, 260.0, layer=True),
+      _row("performer_softmax", "bidirectional", "fwdbwd", 8192, 200.0, layer=True),
+      _row(speed.SCAN, "causal", "fwdbwd", 8192, 1040.0, layer=True),
+      _row("performer_softmax", "bidirectional", "fwd", 16384, 100.0, layer=True),
+      _row("performer_softmax", "causal", "fwdbwd", 4096, 1.0, layer=True, peak=4096 * 1000),
+      _row("performer_softmax", "causal", "fwdbwd", 32768, 1.0, layer=True, peak=32768 * 1150),
+      _row("identity", "bidirectional", "fwdbwd", 8192, 4000.0, layer=False),
+      _row("performer_softmax", "bidirectional", "fwdbwd", 8192, 4800.0, layer=False),
+  ]
+  for n, perf, exact in ((512, 30, 20), (1024, 50, 60), (2048, 90, 200)):
+    rows += [_row("performer_softmax", "bidirectional", "fwdbwd", n, perf, layer=False),
+             _row("exact", "bidirectional", "fwdbwd", n, exact, layer=False)]
+  table = {r["id"]: r for r in speed.ratios(rows, {"status": "ok", "gflops": 400.0})}
+  assert table["1a"]["value"] == pytest.approx(1.3) and table["1a"]["met"]
+  assert table["1b"]["value"] == pytest.approx(4.0) and table["1b"]["met"]
+  assert table["2B"]["value"] == pytest.approx(1.2) and table["2B"]["met"]
+  assert table["2U"]["met"] is None  # not measured
+  flops = 8 * 16384 * 256 * 64 * 8  # per forward, all heads
+  assert table["3"]["value"] == pytest.approx(flops / 0.1 / 1e9 / 400.0)
+  assert table["4"]["value"] == pytest.approx(1.15) and table["4"]["met"] is False
+  assert table["5B"]["value"] == 1024 and table["5B"]["met"]
+  lines = speed.format_ratios(list(table.values()))
+  assert any("[2U]" in l and "not measured" in l for l in lines)
+  assert any("[4]" in l and "NOT met" in l for l in lines)
+
+
+def test_crossover_needs_performer_faster_at_every_longer_length():
+  def pair(n, perf, exact, exact_status="ok"):
+    return [_row("performer_softmax", "causal", "fwdbwd", n, perf, layer=False),
+            _row("exact", "causal", "fwdbwd", n, exact, layer=False, status=exact_status)]
+  keys = dict(config="regular", layer=False, direction="causal", mode="fwdbwd")
+  rows = pair(512, 10, 20) + pair(1024, 30, 20) + pair(2048, 40, 80)
+  assert speed.crossover(rows, **keys) == 2048  # faster at 512 alone does not count
+  rows = pair(512, 30, 20) + pair(1024, 30, 0, exact_status="oom")
+  assert speed.crossover(rows, **keys) == 1024  # exact out of memory: Performer wins
+  assert speed.crossover(pair(512, 30, 20), **keys) is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--attention", "nope"), "unknown attention 'nope'"),
+    (("--attention", "favor_scan"), "--layer-only"),
+    (("--config", "huge"), "unknown config 'huge'"),
+    (("--direction", "both"), "unknown direction"),
+    (("--mode", ""), "give at least one mode"),
+    (("--repeats", "0"), "--repeats must be >= 1"),
+    (("--time-cap", "-1"), "--time-cap must be > 0"),
+    (("--seq-lens", "0"), "sequence lengths must be >= 1"),
+    (("--memory-cap", "lots"), "a size such as 512M"),
+    (("--out", "/proc/nope/x.json"), "cannot"),
+])
+def test_bad_flags_are_one_line_errors(args, message):
+  result = _cli(*args)
+  assert result.returncode == 2
+  assert "Traceback" not in result.stderr
+  assert message in result.stderr.strip().splitlines()[-1]
