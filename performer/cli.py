@@ -61,7 +61,7 @@ def _speed(args):
       configs=args.config, attentions=args.attention, directions=args.direction,
       modes=args.mode, seq_lens=args.seq_lens or speed.SWEEP, layer=args.layer_only, repeats=args.repeats,
       time_cap=args.time_cap, memory_cap=args.memory_cap,
-      chunk_sizes=args.chunk_sizes or (None,), targets=args.targets)
+      chunk_sizes=args.chunk_sizes or (None,), targets=args.targets, profile=args.profile)
   rows, table, seconds = speed.main(cfg, args.out)
   for row in rows:
     where = "layer" if row["layer"] else "model"
@@ -225,8 +225,12 @@ def _parser():
                       "as out of memory without running them (default: the device's limit, or "
                       "90%% of available RAM)")
   p.add_argument("--chunk-sizes", type=_ints, default=None,
-                 help="causal chunk lengths of the Performer attentions to compare (default: the "
-                      "library's, favor.DEFAULT_CHUNK_SIZE)")
+                 help="block lengths of the Performer attentions to compare (default: the "
+                      "library's, favor.DEFAULT_CHUNK_SIZE causal, favor.BIDIRECTIONAL_BLOCK "
+                      "bidirectional)")
+  p.add_argument("--profile", default=None, metavar="DIR",
+                 help="also trace 3 extra runs of each configuration with jax.profiler into "
+                      "DIR/<configuration>/ and store its top XLA operations in the row")
   p.add_argument("--out", default="results/speed.json", help="output JSON (default results/speed.json)")
   p.set_defaults(func=_speed)
 

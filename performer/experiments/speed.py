@@ -13,6 +13,7 @@ ratios of `ratios()`; any run prints whichever of them its rows allow.
 
 import dataclasses
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -40,8 +41,10 @@ class SpeedConfig:
   memory_cap: bytes; a configuration whose XLA buffer plan needs more is
     "oom" without running (default: the device's limit, or 90% of the
     memory available when the worker starts).
-  chunk_sizes: causal chunk lengths of the Performer attentions (None: the
+  chunk_sizes: block lengths of the Performer attentions (None: the
     library default).
+  profile: a folder; each configuration then traces 3 extra runs into a
+    subfolder of it and its row gets the top XLA operations by time.
   """
   configs: tuple[str, ...] = ("regular",)
   attentions: tuple[str, ...] = ATTENTIONS
@@ -54,6 +57,7 @@ class SpeedConfig:
   memory_cap: int | None = None
   chunk_sizes: tuple[int | None, ...] = (None,)
   targets: bool = False
+  profile: str | None = None
 
   def __post_init__(self):
     for name, given, known in (("config", self.configs, tuple(CONFIGS)),
@@ -126,6 +130,8 @@ def run_one(spec_, cfg):
   start = time.time()
   job = dict(spec_, repeats=cfg.repeats, memory_cap=cfg.memory_cap,
              deadline=start + 0.9 * cfg.time_cap)
+  if cfg.profile:
+    job["profile"] = os.path.join(cfg.profile, _name(spec_).replace(" ", "_"))
   row = dict(spec_)
   try:
     done = subprocess.run([sys.executable, "-m", "performer.experiments.speed_worker",

@@ -30,11 +30,12 @@ features inside each block, so only [B, H, block, M] features exist at a
 time (they stay in cache) and the backward pass recomputes them
 (`jax.checkpoint`) rather than storing L x M. Block lengths were chosen by
 measurement on a 2-core CPU (XLA:CPU, float32, L = 8192, d = 64, m = 256,
-8 heads; `performer speed --layer-only --chunk-sizes ...`, results/README.md):
-bidirectional blocks of 512 (fwd+bwd 181 ms at 512, 186 at 256, 233 at
-1024), causal chunks of 128 (fwd+bwd 290 ms at 128, 314 at 64, 370 at 32,
-461 at 256: the intra-chunk C x C part grows with C, the per-chunk overhead
-with L / C).
+8 heads, fwd+bwd; results/speed_chunks_cpu.json): causal chunks of 128
+(303 ms, against 370 at 32, 325 at 64, 393 at 256 and 926 at 1024: the
+intra-chunk C x C part grows with C, the per-chunk overhead with L / C);
+bidirectional blocks of 512 (205 ms; 197-208 ms anywhere from 128 to 512,
+within run-to-run noise, against 267 at 64 and 228 at 1024; 512 needs the
+fewest loop steps). Accelerators were not measured.
 """
 
 import functools
