@@ -64,13 +64,15 @@ def test_layer_only_times_the_scan_reference_and_matches_rows_to_flags(tmp_path)
 
 def test_measured_peak_memory_agrees_with_xla_buffer_plan():
   # Inputs + outputs + temporaries, read from the resident set on CPU: an
-  # independent reading of what XLA's buffer assignment says it needs.
-  cfg = speed.SpeedConfig(configs=("regular",), attentions=("exact",), directions=("causal",),
-                          modes=("fwdbwd",), seq_lens=(1024,), layer=True, repeats=1)
+  # independent reading of what XLA's buffer assignment says it needs (the
+  # runtime adds ~12 MB of its own, results/README.md).
+  cfg = speed.SpeedConfig(configs=("regular",), attentions=("performer_softmax",),
+                          directions=("causal",), modes=("fwdbwd",), seq_lens=(4096,),
+                          layer=True, repeats=1)
   (row,), _ = speed.run(cfg, progress=False, log=lambda s: None)
   assert row["status"] == "ok" and row["memory_source"] == "process_rss"
-  assert row["xla_bytes"] > 8 * 1024 * 1024 * 4  # the [8, L, L] float32 attention matrix
-  assert 0.9 < row["peak_bytes"] / row["xla_bytes"] < 1.3, (row["peak_bytes"], row["xla_bytes"])
+  assert row["xla_bytes"] > 3 * 4096 * 512 * 4  # at least q, k, v
+  assert 0.95 < row["peak_bytes"] / row["xla_bytes"] < 1.25, (row["peak_bytes"], row["xla_bytes"])
 
 
 def test_memory_cap_gives_oom_rows_and_stops_the_series():
