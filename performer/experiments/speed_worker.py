@@ -52,7 +52,8 @@ SCAN = "favor_scan"
 
 
 def measure(spec):
-  """Measures `spec` (a dict; see speed.Spec) and returns the row's measured fields.
+  """Measures `spec` (a dict from `speed.spec`, plus repeats, memory_cap, deadline
+  and profile) and returns the row's measured fields.
 
   Returns:
     dict with status "ok" and median_ms, min_ms, max_ms, times_ms, repeats,
