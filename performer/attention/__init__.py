@@ -2,7 +2,7 @@
 
 from performer.attention import (exact, identity, linear, linformer, performer,  # registers all
                                  reformer)
-from performer.attention.registry import make, names, register
+from performer.attention.registry import make, names, redraw, register
 
-__all__ = ["make", "names", "register", "exact", "identity", "linear", "linformer", "performer",
+__all__ = ["make", "names", "redraw", "register", "exact", "identity", "linear", "linformer", "performer",
            "reformer"]

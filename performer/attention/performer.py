@@ -77,9 +77,3 @@ class PerformerReLU(PerformerAttention):
 
   default_kernel, default_epsilon = "relu", 1e-3
 
-
-def redraw(model, step):
-  """Redraws the random features of every Performer layer in `model` for `step`."""
-  for _, module in nnx.iter_graph(model):
-    if isinstance(module, PerformerAttention):
-      module.redraw(step)

@@ -12,6 +12,10 @@ query sees never depend on later tokens: causal masking stays exact. A token
 attends to itself only when nothing else is visible. Rounds are combined by
 the softmax of their log-sum-exps. Lengths are padded internally to a
 multiple of c; padded keys (and masked ones) are never attended.
+
+The rotations are drawn anew at every training step from (seed, layer,
+step), like a Performer's features: a fixed draw would keep two tokens that
+it hashes apart from ever attending to each other during the whole run.
 """
 
 import jax
@@ -34,9 +38,17 @@ class ReformerAttention(nnx.Module):
     if n_hashes < 1 or chunk_size < 1:
       raise ValueError("n_hashes and chunk_size must be >= 1")
     self.n_hashes, self.n_buckets, self.chunk_size = n_hashes, n_buckets, chunk_size
-    key = jax.random.fold_in(jax.random.key(seed), layer)
-    self.rotations = RandomFeatures(  # [n_hashes, d, n_buckets / 2]
-        jax.random.normal(key, (n_hashes, head_dim, n_buckets // 2)))
+    self.head_dim, self.layer, self.seed = head_dim, layer, seed
+    self.rotations = RandomFeatures(self.draw(0))  # [n_hashes, d, n_buckets / 2]
+
+  def draw(self, step):
+    """The random rotations R of training step `step` (an int or a traced integer)."""
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), self.layer), step)
+    return jax.random.normal(key, (self.n_hashes, self.head_dim, self.n_buckets // 2))
+
+  def redraw(self, step):
+    """Sets the rotations to `draw(step)`: once per training step, never in eval."""
+    self.rotations[...] = self.draw(step)
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
     del k  # shared QK

@@ -3,10 +3,14 @@
 q, k, v are [batch, length, heads, head_dim]; mask is a [batch, length] bool
 key padding mask (True = real token). A backend module registers its class
 with `@register("name")`; the package __init__ imports them all, so lookups
-never depend on what the caller imported.
+never depend on what the caller imported. A backend with random state
+(Performer features, Reformer hash rotations) has `redraw(step)`, which the
+training step calls through `redraw(model, step)`.
 """
 
 import inspect
+
+from flax import nnx
 
 _BACKENDS = {}
 COMMON = ("num_heads", "head_dim", "max_len", "rngs", "layer")  # given to those that take them
@@ -53,3 +57,15 @@ def make(name, *, num_heads, head_dim, max_len, rngs, layer=0, **options):
                      f"{', '.join(sorted(accepted - set(COMMON))) or 'none'}")
   common = dict(num_heads=num_heads, head_dim=head_dim, max_len=max_len, rngs=rngs, layer=layer)
   return cls(**{k: v for k, v in common.items() if k in accepted}, **options)
+
+
+def redraw(model, step):
+  """Calls `redraw(step)` on every attention layer in `model` that has random state.
+
+  Each layer draws from (its seed, its layer index, step) only, so every
+  device, retrace and resumed run gets the same values; evaluation never
+  calls this and keeps the last training step's draw.
+  """
+  for _, module in nnx.iter_graph(model):
+    if callable(getattr(type(module), "redraw", None)):  # the class: nnx objects proxy attributes
+      module.redraw(step)

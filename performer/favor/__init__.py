@@ -6,15 +6,17 @@ No Flax, no state. Public entry points: `projection`, `feature_map`,
 closed-form estimator errors of Lemma 2 in `theory`.
 """
 
-from performer.favor.attention import (BIDIRECTIONAL_BLOCK, DEFAULT_CHUNK_SIZE, causal_decode_init,
-                                       causal_decode_step, causal_linear_attention_scan,
-                                       favor_attention, softmax_attention)
+from performer.favor.attention import (BIDIRECTIONAL_BLOCK, DEFAULT_CHUNK_SIZE, MAX_NORM,
+                                       causal_decode_init, causal_decode_step,
+                                       causal_linear_attention_scan, favor_attention,
+                                       softmax_attention)
 from performer.favor.features import (GENERALIZED_KERNELS, KERNELS, SOFTMAX_KERNELS,
                                       Features, feature_map, feature_parts)
 from performer.favor.projections import KINDS, SCALINGS, projection
 
 __all__ = [
-    "BIDIRECTIONAL_BLOCK", "DEFAULT_CHUNK_SIZE", "Features", "causal_decode_init", "causal_decode_step", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
-    "SCALINGS", "SOFTMAX_KERNELS", "causal_linear_attention_scan", "favor_attention",
-    "feature_map", "feature_parts", "projection", "softmax_attention",
+    "BIDIRECTIONAL_BLOCK", "DEFAULT_CHUNK_SIZE", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
+    "MAX_NORM", "SCALINGS", "SOFTMAX_KERNELS", "Features", "causal_decode_init",
+    "causal_decode_step", "causal_linear_attention_scan", "favor_attention", "feature_map",
+    "feature_parts", "projection", "softmax_attention",
 ]

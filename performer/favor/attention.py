@@ -12,16 +12,24 @@ by exp(N_t), which the normaliser D cancels. The estimator is therefore
 exactly the unstabilized one, nothing overflows, and large-norm inputs keep
 their dominant terms.
 
-Causal pass: the carried state uses c_f from earlier chunks (chunk 0 starts
-from the first key's largest log), and N_t uses c_f(t), the per-feature
-prefix maximum over keys <= t, which puts N_t within log M of query t's
-largest attention weight. Every constant used at position t depends only on
-tokens <= t, so outputs never depend on later tokens, not even through
-rounding. Inside a chunk a key may outgrow the carried c_f by 60 nats before
-it needs a scale of its own; past about 140 nats of growth within one chunk,
-terms underflow. Measured in float32: exact to ~1e-5 for scaled query/key
-norms |x| up to ~15 (logits q.k/sqrt(d) of a few hundred), NaN beyond ~20.
-The bidirectional pass has no such limit.
+Causal pass: c_f(t) is the per-feature maximum over keys <= t, so N_t is
+exactly query t's largest term. A chunk is computed in one product against
+one reference, c_f at its first position; a key may outgrow it by 60 nats
+(`_HEADROOM`). From the first key that grows further, the chunk's queries are
+recomputed token by token with the reference updated at every key (the
+decoding recursion, `_token_update`), which is exact at any growth; the
+carried state always moves to the chunk's last c_f, where every stored term
+is <= 1. Every constant used at position t, the choice of path included,
+depends only on tokens <= t, so outputs never depend on later tokens, not
+even through rounding.
+
+Limit. The logs are about |x|^2 / 2 for a scaled query or key x = q d^(-1/4),
+and float32 resolves them to ~|x|^2 6e-8 nats, so the error grows as |x|^2.
+Measured against a float64 evaluation of the same estimator (d = 16,
+m = 32-64, L = 200-300), both passes: relative error ~1e-6 at |x| = 5-20,
+1e-5 at 40-80, 1e-4 at 100, 5e-4 at 300. Past `MAX_NORM` = 100 the result is
+refused: a direct call raises ValueError, and under jit the outputs of such
+a query, and of every query that sees such a key, are NaN.
 
 All sums (K'^T V, K'^T 1, D) accumulate in float32 whatever the input dtype.
 
@@ -39,6 +47,7 @@ fewest loop steps). Accelerators were not measured.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -47,10 +56,14 @@ from performer.favor import features
 
 DEFAULT_CHUNK_SIZE = 128
 BIDIRECTIONAL_BLOCK = 512
-# A per-feature reference below any real log: no key seen yet.
+# Largest scaled query/key norm |q| d^(-1/4) served (see Limit above).
+MAX_NORM = 100.0
+# A per-feature reference below any real log: no key seen yet (finite, so
+# that differences of two such references are 0, not NaN).
 _NO_KEY = -1e30
-# A key may exceed the carried reference by this many nats before it needs a
-# scale of its own; e^60 times m features times |v| stays inside float32.
+# A key may exceed the chunk's reference by this many nats: e^60 times m
+# features times C keys times |v| stays inside float32, and a query factor
+# e^-60 times a term's own e^-27 stays a normal number.
 _HEADROOM = 60.0
 
 
@@ -108,18 +121,24 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   Returns:
     [B, Lq, H, dv] in v's dtype (features and sums in float32). A query
     whose normaliser D is exactly 0 (e.g. relu features all zero) gets 0.
+    Under jit, NaN where a scaled norm passes `MAX_NORM` (see Raises).
 
   Raises:
-    ValueError: inconsistent shapes, unknown kernel, missing W, chunk_size < 1.
+    ValueError: inconsistent shapes, unknown kernel, missing W, chunk_size < 1;
+      for concrete (not traced) inputs, a query or real key whose scaled norm
+      |x| d^(-1/4) exceeds `MAX_NORM` with an exponential kernel.
   """
   _check_shapes(q, k, v, mask, causal)
   if chunk_size is not None and chunk_size < 1:
     raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
   features.feature_parts(jnp.zeros((1, q.shape[-1])), W, kernel)  # argument errors, early
   scale = q.shape[-1] ** -0.25 if scale is None else scale
-  featurize = lambda x: features.feature_parts(x * scale, W, kernel, kernel_epsilon=kernel_epsilon)
+  featurize = functools.partial(_featurize, W=W, kernel=kernel, scale=scale,
+                                kernel_epsilon=kernel_epsilon)
   if mask is None:
     mask = jnp.ones(k.shape[:2], bool)
+  if kernel in _EXPONENTIAL and not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask)):
+    _check_norms(q, k, mask, scale)
   dtype = v.dtype
   q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
   if causal:
@@ -167,12 +186,13 @@ def causal_decode_init(batch, heads, num_features, dv):
   """The empty prefix state for `causal_decode_step`: (S, z, c), float32.
 
   S: [B, H, M, dv] sum of k'_j v_j^T; z: [B, H, M] sum of k'_j; c: [B, H, M]
-  their log-scale reference (-inf: no token yet). M is the feature dimension
-  (2m for hyperbolic and trig, d for generalized kernels without W).
+  the per-feature maximum of the keys' logs so far, their reference
+  (`_NO_KEY`: no token yet). M is the feature dimension (2m for hyperbolic
+  and trig, d for generalized kernels without W).
   """
   return (jnp.zeros((batch, heads, num_features, dv), jnp.float32),
           jnp.zeros((batch, heads, num_features), jnp.float32),
-          jnp.full((batch, heads, num_features), -jnp.inf, jnp.float32))
+          jnp.full((batch, heads, num_features), _NO_KEY, jnp.float32))
 
 
 def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kernel_epsilon=0.0):
@@ -185,28 +205,38 @@ def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kern
 
   Returns:
     (new state, out [B, H, dv] in v's dtype): out equals row t of
-    favor_attention(..., causal=True) for the sequence decoded so far.
+    favor_attention(..., causal=True) for the sequence decoded so far. A
+    token whose scaled norm exceeds `MAX_NORM` makes its output and every
+    later one NaN.
+  """
+  qf, kf = _features(q, k, W, kernel, scale, kernel_epsilon)
+  state, out = _token_update(state, qf, kf, v.astype(jnp.float32))
+  return state, out.astype(v.dtype)
+
+
+def _token_update(state, qf, kf, v):
+  """Adds one key to the prefix state and reads one query against it: exact at any norm.
+
+  qf, kf: `Features` of [B, H, M] (logs [B, H, M], [B, H, 1] or None); v:
+  [B, H, dv] float32. The reference c grows to the per-feature maximum of
+  the keys so far, so every stored term is <= 1 and the query is normalised
+  by its largest term: the largest product q'.k' is exactly 1.
   """
   s, z, c = state
-  qf, kf = _features(q, k, W, kernel, scale, kernel_epsilon)
-  v32 = v.astype(jnp.float32)
   if kf.log is None:
     q_prime, k_prime = qf.value, kf.value
-  else:  # the per-feature reference grows to include this key; rebase the state
-    k_log = jnp.broadcast_to(kf.log, c.shape)
-    first = jnp.broadcast_to(jnp.max(k_log, -1, keepdims=True), c.shape)
-    c_prev = jnp.where(jnp.isfinite(c), c, first)
-    c_new = jnp.maximum(c_prev, k_log)
-    decay = jnp.exp(c_prev - c_new)
+  else:
+    c_new = jnp.maximum(c, kf.log)  # a masked key has log -inf: c stays
+    decay = jnp.exp(c - c_new)
     s, z = s * decay[..., None], z * decay
-    q_log = jnp.broadcast_to(qf.log, c.shape) + c_new
+    q_log = qf.log + c_new
     q_prime = _times(qf.value, jnp.exp(q_log - jnp.max(q_log, -1, keepdims=True)))
-    k_prime = _times(kf.value, jnp.exp(k_log - c_new))
+    k_prime = _times(kf.value, jnp.exp(kf.log - c_new))
     c = c_new
-  s = s + jnp.einsum("bhm,bhd->bhmd", k_prime, v32)
+  s = s + jnp.einsum("bhm,bhd->bhmd", k_prime, v)
   z = z + k_prime
   out = _divide(jnp.einsum("bhm,bhmd->bhd", q_prime, s), jnp.einsum("bhm,bhm->bh", q_prime, z))
-  return (s, z, c), out.astype(v.dtype)
+  return (s, z, c), out
 
 
 def _bidirectional(q, k, v, mask, featurize, block):
@@ -270,17 +300,10 @@ def _causal(q, k, v, mask, featurize, chunk):
   pass), so no L x M array is ever stored.
   """
   batch, length, heads, dv = v.shape
-  # First reference: the first real key's largest log, for every feature.
-  # Keys of similar norm rarely exceed it by much, which keeps chunk 0
-  # exact for far larger norms than the first key's own per-feature logs.
-  first = jnp.argmax(mask, axis=1)[:, None, None, None]  # [B, 1, 1, 1]
-  first_k = jnp.moveaxis(jnp.take_along_axis(k, first, axis=1), 1, 2)  # [B, H, 1, d]
-  size = featurize(first_k)
+  size = featurize(_heads_first(k[:, :1]))
   m = (size.value if size.value is not None else size.log).shape[-1]
-  c0 = None
-  if size.log is not None:
-    c0 = jnp.max(size.log[:, :, 0], -1, keepdims=True)  # [B, H, 1]
-    c0 = jax.lax.stop_gradient(jnp.broadcast_to(c0, (batch, heads, size.log.shape[-1])))
+  c0 = None if size.log is None else jnp.full((batch, heads, size.log.shape[-1]), _NO_KEY,
+                                              jnp.float32)
   s0 = jnp.zeros((batch, heads, m, dv), jnp.float32)
   z0 = jnp.zeros((batch, heads, m), jnp.float32)
   xs = (_blocks(q, chunk), _blocks(k, chunk), _blocks(v, chunk),
@@ -291,42 +314,103 @@ def _causal(q, k, v, mask, featurize, chunk):
 
 
 def _causal_chunk(featurize, carry, xs):
-  """One chunk: intra-chunk quadratic part plus the carried prefix state."""
+  """One chunk: intra-chunk quadratic part plus the carried prefix state.
+
+  Queries from the first key that outgrows the chunk's reference by more
+  than `_HEADROOM` on are recomputed token by token (`_token_update`).
+  """
   s, z, c = carry  # K'^T V [B, H, M, dv], K'^T 1 [B, H, M], [B, H, M or 1] or None
   q_blk, k_blk, v, keep = xs  # [B, C, H, d], [B, C, H, d], [B, C, H, dv], [B, 1, C]
   qf, kf, v = featurize(_heads_first(q_blk)), featurize(_heads_first(k_blk)), _heads_first(v)
   chunk = v.shape[2]
   keep = keep[..., None]
+  causal = jnp.tril(jnp.ones((chunk, chunk), bool))
+  if kf.log is None:  # bounded features: no references needed
+    k_prime = jnp.where(keep, kf.value, 0.0)  # [B, H, C, M]
+    scores = jnp.where(causal, jnp.einsum("bhtm,bhjm->bhtj", qf.value, k_prime), 0.0)
+    num = jnp.einsum("bhtj,bhjd->bhtd", scores, v) + jnp.einsum("bhtm,bhmd->bhtd", qf.value, s)
+    den = jnp.sum(scores, axis=-1) + jnp.einsum("bhtm,bhm->bht", qf.value, z)
+    s = s + jnp.einsum("bhjm,bhjd->bhmd", k_prime, v)
+    return (s, z + jnp.sum(k_prime, axis=2), c), _heads_first(_divide(num, den))
+
   sg = jax.lax.stop_gradient
-  if kf.log is None:
-    q_prime = qf.value
-    k_prime = k_state = jnp.where(keep, kf.value, 0.0)  # [B, H, C, M]
-  else:
-    k_log = jnp.where(keep, kf.log, -jnp.inf)
-    c_prev = c[:, :, None]  # [B, H, 1, M or 1]: reference of the carried state
-    c_t = sg(_prefix_max(k_log, c_prev))  # c_f(t), causal
-    n_t = sg(jnp.max(qf.log + c_t, axis=-1, keepdims=True))  # N_t: [B, H, C, 1]
-    q_prime = _times(qf.value, jnp.exp(qf.log + c_prev - n_t))  # <= 1
-    rel = k_log - c_prev  # each key's growth over earlier chunks
-    key_scale = sg(jnp.maximum(jnp.max(rel, axis=-1) - _HEADROOM, 0.0))  # s_j: [B, H, C]
-    k_prime = _times(kf.value, jnp.exp(rel - key_scale[..., None]))  # <= e^60
-    c = c_t[:, :, -1]  # [B, H, M or 1]: reference for the next state
-    k_state = _times(kf.value, jnp.exp(k_log - c[:, :, None]))  # <= 1
-
-  scores = jnp.einsum("bhtm,bhjm->bhtj", q_prime, k_prime)  # [B, H, C, C]
-  if kf.log is not None:  # undo s_j (capped: past the cap the terms underflowed)
-    scores = scores * jnp.exp(jnp.minimum(key_scale, 80.0))[:, :, None, :]
-  scores = jnp.where(jnp.tril(jnp.ones((chunk, chunk), bool)), scores, 0.0)
+  k_log = jnp.where(keep, kf.log, -jnp.inf)
+  c_t = sg(_prefix_max(k_log, c[:, :, None]))  # c_f(t): [B, H, C, M or 1], causal
+  n_t = sg(jnp.max(qf.log + c_t, axis=-1, keepdims=True))  # N_t: [B, H, C, 1]
+  ref = c_t[:, :, :1]  # the chunk's reference: c_f at its first position, <= t for every t
+  rel = k_log - ref  # each key's growth over the reference
+  # Query t is computed in one product while no key j <= t of the chunk has
+  # grown past the headroom; from the first one that has, token by token.
+  fast = jnp.cumsum(sg(jnp.max(rel, axis=-1)) > _HEADROOM, axis=-1) == 0  # [B, H, C]
+  q_prime = _times(qf.value, jnp.exp(qf.log + ref - n_t))  # <= 1
+  # Clipped keys are seen only by queries that take the exact path.
+  k_prime = _times(kf.value, jnp.exp(jnp.minimum(rel, _HEADROOM)))  # <= e^60
+  to_ref = jnp.exp(c - ref[:, :, 0])  # [B, H, M or 1], <= 1: the state against the reference
+  scores = jnp.where(causal, jnp.einsum("bhtm,bhjm->bhtj", q_prime, k_prime), 0.0)
   num = (jnp.einsum("bhtj,bhjd->bhtd", scores, v)  # [B, H, C, dv]
-         + jnp.einsum("bhtm,bhmd->bhtd", q_prime, s))
-  den = jnp.sum(scores, axis=-1) + jnp.einsum("bhtm,bhm->bht", q_prime, z)  # [B, H, C]
+         + jnp.einsum("bhtm,bhmd->bhtd", q_prime, s * to_ref[..., None]))
+  den = jnp.sum(scores, axis=-1) + jnp.einsum("bhtm,bhm->bht", q_prime, z * to_ref)
+  out = _divide(num, den)
 
-  if kf.log is not None:  # rebase the state from c_prev to the new reference
-    decay = jnp.exp(c_prev[:, :, 0] - c)  # [B, H, M or 1], <= 1
-    s, z = s * decay[..., None], z * decay
-  s = s + jnp.einsum("bhjm,bhjd->bhmd", k_state, v)
-  z = z + jnp.sum(k_state, axis=2)
-  return (s, z, c), _heads_first(_divide(num, den))
+  exact = _rows_if_needed(jnp.logical_not(jnp.all(fast)), (s, z, c), qf, kf._replace(log=k_log),
+                          v)
+  out = jnp.where(fast[..., None], out, exact)
+
+  # The state moves to the chunk's last reference: every stored term <= 1, at any growth.
+  c_end = c_t[:, :, -1]  # [B, H, M or 1]
+  k_state = _times(kf.value, jnp.exp(k_log - c_end[:, :, None]))
+  decay = jnp.exp(c - c_end)
+  s = s * decay[..., None] + jnp.einsum("bhjm,bhjd->bhmd", k_state, v)
+  z = z * decay + jnp.sum(k_state, axis=2)
+  return (s, z, c_end), _heads_first(out)
+
+
+def _rows_by_token(state, qf, kf, v):
+  """A chunk's outputs by `_token_update`, key by key: exact at any growth.
+
+  state: (S, z, c) before the chunk; qf, kf: `Features` of [B, H, C, M];
+  v: [B, H, C, dv]. Returns [B, H, C, dv]. The keys are read in groups of
+  about sqrt(C), each recomputed in the backward pass, so that at most
+  about 2 sqrt(C) states [B, H, M, dv] are stored, not C.
+  """
+  chunk = v.shape[2]
+  group = max(g for g in range(1, math.isqrt(chunk) + 1) if chunk % g == 0)
+  def per_token(x):  # [B, H, C, ...] -> [C / group, group, B, H, ...]
+    x = jnp.moveaxis(x, 2, 0)
+    return x.reshape((chunk // group, group) + x.shape[1:])
+
+  @jax.checkpoint
+  def one_group(state, xs):
+    return jax.lax.scan(lambda st, x: _token_update(st, *x), state, xs)
+
+  _, out = jax.lax.scan(one_group, state, jax.tree.map(per_token, (qf, kf, v)))
+  return jnp.moveaxis(out.reshape((chunk,) + out.shape[2:]), 0, 2)
+
+
+@jax.custom_vjp
+def _rows_if_needed(needed, state, qf, kf, v):
+  """`_rows_by_token` if `needed` (a traced bool), else zeros, in both passes.
+
+  Its own VJP, because autodiff of a `lax.cond` fills the branch not taken
+  with zero residuals in every chunk: measured 1.2x slower on CPU even when
+  no chunk needed the exact path.
+  """
+  return jax.lax.cond(needed, _rows_by_token, lambda *args: jnp.zeros_like(args[-1]),
+                      state, qf, kf, v)
+
+
+def _rows_if_needed_fwd(needed, state, qf, kf, v):
+  return _rows_if_needed(needed, state, qf, kf, v), (needed, state, qf, kf, v)
+
+
+def _rows_if_needed_bwd(residuals, g):
+  needed, *args = residuals
+  grads = jax.lax.cond(needed, lambda: jax.vjp(_rows_by_token, *args)[1](g),
+                       lambda: jax.tree.map(jnp.zeros_like, tuple(args)))
+  return (None, *grads)
+
+
+_rows_if_needed.defvjp(_rows_if_needed_fwd, _rows_if_needed_bwd)
 
 
 def _prefix_max(x, start):
@@ -367,11 +451,37 @@ def _heads_first(x):
   return jnp.swapaxes(x, 1, 2)
 
 
+_EXPONENTIAL = ("positive", "hyperbolic", "trig", "exp")  # kernels with logs, and a limit
+
+
+def _featurize(x, *, W, kernel, scale, kernel_epsilon):
+  """Split-form features of x * scale, float32; logs NaN where |x * scale| > MAX_NORM."""
+  x = x.astype(jnp.float32) * scale
+  parts = features.feature_parts(x, W, kernel, kernel_epsilon=kernel_epsilon)
+  if parts.log is None:
+    return parts
+  beyond = jnp.sum(x * x, axis=-1, keepdims=True) > MAX_NORM ** 2
+  return parts._replace(log=jnp.where(beyond, jnp.nan, parts.log))
+
+
 def _features(q, k, W, kernel, scale, kernel_epsilon):
-  """Split-form features of q and k after scaling them (default d^(-1/4)), in float32."""
+  """`_featurize` of q and k (default scale d^(-1/4))."""
   scale = q.shape[-1] ** -0.25 if scale is None else scale
-  return tuple(features.feature_parts(x.astype(jnp.float32) * scale, W, kernel,
-                                      kernel_epsilon=kernel_epsilon) for x in (q, k))
+  return tuple(_featurize(x, W=W, kernel=kernel, scale=scale, kernel_epsilon=kernel_epsilon)
+               for x in (q, k))
+
+
+def _check_norms(q, k, mask, scale):
+  """ValueError naming the largest scaled norm of q or of a real key past MAX_NORM."""
+  for name, x, keep in (("query", q, None), ("key", k, mask)):
+    norms = jnp.linalg.norm(x.astype(jnp.float32), axis=-1) * abs(scale)  # [B, L, H]
+    if keep is not None:
+      norms = jnp.where(keep[:, :, None], norms, 0.0)
+    largest = float(jnp.max(norms)) if norms.size else 0.0
+    if not largest <= MAX_NORM:  # NaN inputs fail here too
+      raise ValueError(f"a {name} has scaled norm |x| d^(-1/4) = {largest:.4g}, past "
+                       f"favor.MAX_NORM = {MAX_NORM:g}, where float32 cannot resolve FAVOR's "
+                       f"feature logs (~|x|^2/2 nats); normalise or rescale q and k")
 
 
 def _divide(num, den):

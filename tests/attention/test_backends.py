@@ -7,7 +7,8 @@ import pytest
 from flax import nnx
 
 from performer import attention, favor
-from performer.attention.performer import RandomFeatures, redraw
+from performer.attention import redraw
+from performer.attention.performer import RandomFeatures
 
 B, L, H, D = 2, 29, 3, 8
 OPTIONS = {"performer_softmax": {"num_features": 64, "chunk_size": 8},

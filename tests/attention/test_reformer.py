@@ -7,6 +7,8 @@ import pytest
 from flax import nnx
 
 from performer import attention
+from performer.models.config import ModelConfig
+from performer.models.transformer import TransformerLM
 
 B, L, H, D = 2, 23, 2, 8
 
@@ -64,3 +66,35 @@ def test_bad_options():
   for options, match in (({"n_buckets": 3}, "even"), ({"chunk_size": 0}, ">= 1")):
     with pytest.raises(ValueError, match=match):
       attention.make("reformer", num_heads=H, head_dim=D, max_len=L, rngs=nnx.Rngs(0), **options)
+
+
+def test_rotations_are_redrawn_per_step_from_seed_layer_and_step():
+  cfg = ModelConfig(vocab_size=28, max_len=L, num_layers=2, num_heads=H, d_model=H * D, d_ff=16,
+                    attention="reformer", attention_options={"chunk_size": 4, "seed": 5},
+                    reversible=True)
+  model = TransformerLM(cfg, rngs=nnx.Rngs(0))
+  twin = TransformerLM(cfg, rngs=nnx.Rngs(1))  # other parameters, same (seed, layer)
+  q = jax.random.normal(jax.random.key(2), (B, L, H, D))
+  draws = {}
+  for step in (0, 1, 7):
+    attention.redraw(model, step)
+    attention.redraw(twin, step)
+    for layer, block in enumerate(model.blocks):
+      r = np.asarray(block.attn.rotations[...])
+      np.testing.assert_array_equal(r, twin.blocks[layer].attn.rotations[...])
+      draws[step, layer] = r
+  values = list(draws.values())
+  assert all(np.abs(a - b).max() > 0.1 for i, a in enumerate(values) for b in values[i + 1:])
+  # A new draw hashes the same tokens into other buckets: different outputs.
+  attn = model.blocks[0].attn
+  attention.redraw(model, 0)
+  first = attn(q, q, q, causal=True)
+  attention.redraw(model, 1)
+  assert not np.allclose(attn(q, q, q, causal=True), first, atol=1e-3)
+  # Under jit with a traced step, as in training: the eager draw.
+  graph, state = nnx.split(attn)
+  def at(state, step):
+    module = nnx.merge(graph, state)
+    module.redraw(step)
+    return module.rotations[...]
+  np.testing.assert_allclose(jax.jit(at)(state, jnp.int32(7)), draws[7, 0], atol=1e-6)

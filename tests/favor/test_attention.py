@@ -153,29 +153,89 @@ def test_padding_never_changes_real_outputs(kernel, eps):
     np.testing.assert_array_equal(padded[:, :real], alone)
 
 
+@pytest.mark.parametrize("causal, scale", [  # mean |x| after d^-1/4: 6.2, 12.4, 18.6
+    (False, 4.0), (True, 4.0), (False, 8.0), (True, 8.0), (False, 12.0), (True, 12.0)])
+def test_large_norms_stay_finite_and_exact(causal, scale):
+  # exp(-|x|^2/2) underflows float32 for |x| > 13.2, so subtracting max(w.x)
+  # alone gives 0/0 there; ours must stay exact.
+  q, k, v = _qkv(5, scale=scale)
+  W = _W(64)
+  got = favor.favor_attention(q, k, v, W, causal=causal, chunk_size=16)
+  np.testing.assert_allclose(got, _log_space_reference(q, k, v, W, causal), atol=5e-5)
+
+
+@pytest.mark.parametrize("norm", [14.0, 20.0, 25.0, 40.0])  # means; maxima up to 1.6x
+def test_causal_is_as_exact_as_bidirectional_at_large_norms(norm):
+  # The issue's regime: Gaussian q, k whose scaled norms average 14-25 gave
+  # finite causal outputs off by order 1 while bidirectional stayed exact.
+  d, m, length = 16, 32, 300
+  ks = jax.random.split(jax.random.key(0), 4)
+  q, k = (norm / d ** 0.25 * jax.random.normal(kk, (1, length, 2, d)) for kk in ks[:2])
+  v = jax.random.normal(ks[2], (1, length, 2, d))
+  W = favor.projection(ks[3], m, d, "orthogonal")
+  for causal in (False, True):
+    want = _log_space_reference(q, k, v, W, causal)
+    got = favor.favor_attention(q, k, v, W, causal=causal)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-5
+
+
+def test_large_norm_keys_take_the_exact_path_and_stay_causal():
+  q, k, v = _qkv(3, scale=2.0)
+  W = _W()
+  big = k * 15.0  # scaled norms ~50
+  base = favor.favor_attention(q, big, v, W, causal=True, chunk_size=16)
+  # Smaller keys have far larger logs w.x - |x|^2/2: they outgrow the reference.
+  k2 = big.at[:, 20:].divide(15.0)
+  got = favor.favor_attention(q, k2, v, W, causal=True, chunk_size=16)
+  np.testing.assert_array_equal(got[:, :20], base[:, :20])  # bit for bit
+  np.testing.assert_allclose(got, _log_space_reference(q, k2, v, W, True), atol=5e-5)
+  state = favor.causal_decode_init(B, H, M, D)
+  for t in range(L):  # the decoding recursion agrees
+    state, out = favor.causal_decode_step(state, q[:, t], k2[:, t], v[:, t], W)
+    np.testing.assert_allclose(out, got[:, t], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_max_norm_limit_both_sides(causal):
+  d = 16
+  q, k, v = (jax.random.normal(kk, (1, 40, 1, d)) for kk in jax.random.split(jax.random.key(4), 3))
+  unit = lambda x: x / jnp.linalg.norm(x, axis=-1, keepdims=True) * d ** 0.25  # scaled norm 1
+  q, k = unit(q), unit(k) * 0.5
+  W = favor.projection(jax.random.key(1), 32, d)
+  below = k.at[:, 25].multiply(favor.MAX_NORM * 0.99 * 2)  # scaled norm 99
+  above = k.at[:, 25].multiply(favor.MAX_NORM * 1.01 * 2)  # 101
+  x, y = np.asarray(q), np.asarray(below)
+  got = favor.favor_attention(q, below, v, W, causal=causal)
+  np.testing.assert_allclose(got, _log_space_reference(x, y, v, W, causal), atol=1e-4)
+  with pytest.raises(ValueError, match="MAX_NORM"):
+    favor.favor_attention(q, above, v, W, causal=causal)
+  with pytest.raises(ValueError, match="MAX_NORM"):
+    favor.favor_attention(q.at[:, 3].multiply(101.0), k, v, W, causal=causal)
+  # Traced: NaN from the offending key on (all queries bidirectionally).
+  jitted = jax.jit(functools.partial(favor.favor_attention, causal=causal))(q, above, v, W)
+  nan = np.isnan(np.asarray(jitted)).any(axis=(0, 2, 3))
+  np.testing.assert_array_equal(nan, np.arange(40) >= (25 if causal else 0))
+  if causal:
+    np.testing.assert_allclose(jitted[:, :25], got[:, :25], rtol=1e-6, atol=1e-6)
+  # A padded key past the limit is never read.
+  mask = jnp.ones((1, 40), bool).at[:, 25].set(False)
+  padded = favor.favor_attention(q, above, v, W, causal=causal, mask=mask)
+  assert np.isfinite(padded).all()
+
+
 def _log_space_reference(q, k, v, W, causal):
   """The positive-feature estimator evaluated in float64 log space (no overflow)."""
-  s = D ** -0.25
+  d, length = q.shape[-1], q.shape[1]
+  s = d ** -0.25
   x, y = np.asarray(q, np.float64) * s, np.asarray(k, np.float64) * s
   W = np.asarray(W, np.float64)
   a = np.einsum("blhd,md->blhm", x, W) - 0.5 * (x ** 2).sum(-1, keepdims=True)
   b = np.einsum("blhd,md->blhm", y, W) - 0.5 * (y ** 2).sum(-1, keepdims=True)
   logw = logsumexp(a[:, :, None] + b[:, None, :], axis=-1)  # [B, Lq, Lk, H]
   if causal:
-    logw = np.where(np.tril(np.ones((L, L), bool))[None, :, :, None], logw, -np.inf)
+    logw = np.where(np.tril(np.ones((length, length), bool))[None, :, :, None], logw, -np.inf)
   p = np.exp(logw - logw.max(2, keepdims=True))
   return np.einsum("bqkh,bkhd->bqhd", p / p.sum(2, keepdims=True), np.asarray(v, np.float64))
-
-
-@pytest.mark.parametrize("causal, scale", [  # mean |x| after d^-1/4: 6.2, 12.4, 18.6
-    (False, 4.0), (True, 4.0), (False, 8.0), (True, 8.0), (False, 12.0)])
-def test_large_norms_stay_finite_and_exact(causal, scale):
-  # exp(-|x|^2/2) underflows float32 for |x| > 13.2, so subtracting max(w.x)
-  # alone gives 0/0 there; ours must stay exact (causal: up to |x| ~ 15).
-  q, k, v = _qkv(5, scale=scale)
-  W = _W(64)
-  got = favor.favor_attention(q, k, v, W, causal=causal, chunk_size=16)
-  np.testing.assert_allclose(got, _log_space_reference(q, k, v, W, causal), atol=5e-5)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -206,10 +266,11 @@ def _naive_float64(q, k, v, W, kernel, causal):
   return jnp.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
 
 
-@pytest.mark.parametrize("kernel", ["positive", "trig"])
-@pytest.mark.parametrize("causal", [False, True])
-def test_gradients_match_float64_autodiff(kernel, causal):
-  q, k, v = _qkv(8, scale=1.0)
+@pytest.mark.parametrize("kernel, causal, scale", [
+    ("positive", False, 1.0), ("positive", True, 1.0), ("trig", False, 1.0), ("trig", True, 1.0),
+    ("positive", True, 7.0)])  # scaled norms ~12: keys outgrow their chunk's reference
+def test_gradients_match_float64_autodiff(kernel, causal, scale):
+  q, k, v = _qkv(8, scale=scale)
   W = _W(16)
   g = jax.random.normal(jax.random.key(10), v.shape)
 
