@@ -1,9 +1,14 @@
 """Write-then-rename, so that an output file appears complete or not at all."""
 
 import contextlib
+import fcntl
 import os
+import shlex
+import socket
 import stat
+import sys
 import tempfile
+import time
 
 from performer.errors import UserError
 
@@ -54,5 +59,63 @@ def writable_folder(folder):
     os.makedirs(folder, exist_ok=True)
   except OSError as e:
     raise UserError(f"cannot create folder {folder}: {e.strerror}") from None
-  if not os.access(folder, os.W_OK):
-    raise UserError(f"cannot write to folder {folder}")
+  try:  # a real file, not os.access: root passes that check where writes still fail (/proc)
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+  except OSError as e:
+    raise UserError(f"cannot write to folder {folder}: {e.strerror}") from None
+  os.close(fd)
+  os.unlink(probe)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path, what):
+  """Holds an exclusive lock on the file `path` for the block; fails at once if it is taken.
+
+  The lock is an fcntl.flock, so the kernel drops it when its holder dies: a
+  lock file left by a killed run never blocks. While held, the file names its
+  holder (pid, host, start time, command) for the error of a second run; it is
+  removed on release. Folders are created. flock works between processes of
+  one machine and, on Linux, over NFS v4; not on every network file system.
+
+  Args:
+    path: the lock file, e.g. `<folder>.lock` beside the folder it guards.
+    what: what it guards, for the error message, e.g. "--out runs/data/x".
+
+  Raises:
+    UserError: another process holds the lock (naming it), or `path` cannot
+      be created.
+  """
+  check_writable(path)
+  while True:
+    try:
+      fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+      raise UserError(f"cannot create the lock file {path}: {e.strerror}") from None
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      with os.fdopen(fd, errors="replace") as f:
+        holder = " ".join(f.read().split()) or "another process (starting up)"
+      raise UserError(f"{what} is in use by {holder}; wait for it to finish "
+                      f"(lock file {path})") from None
+    try:  # the holder before us may have removed the file after we opened it
+      same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+      same = False
+    if same:
+      break
+    os.close(fd)
+  if os.pread(fd, 4, 0) not in (b"", b"pid "):  # a stale lock of ours is fine, a user's file not
+    os.close(fd)
+    raise UserError(f"{path} exists and is not a performer lock file; move it away")
+  try:
+    os.ftruncate(fd, 0)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    command = " ".join(shlex.quote(a) for a in [os.path.basename(sys.argv[0]), *sys.argv[1:]])
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {started}: {command}\n"
+             .encode())
+    yield
+  finally:
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(path)  # while still locked, so that no one can lock the removed file
+    os.close(fd)

@@ -1,11 +1,14 @@
-"""atomic_path: complete file or nothing, usual permissions."""
+"""atomic_path: complete file or nothing, usual permissions; exclusive_lock: one holder, named."""
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
-from performer.atomic import atomic_path
+from performer.atomic import atomic_path, exclusive_lock
+from performer.errors import UserError
 
 
 def test_success_renames_with_umask_mode(tmp_path):
@@ -52,3 +55,46 @@ def test_unusable_paths_are_user_errors(tmp_path, bad, match):
   with pytest.raises(UserError, match=match):
     with atomic_path(str(tmp_path) if bad is None else bad):
       pass
+
+
+_HOLDER = """
+import sys, time
+from performer.atomic import exclusive_lock
+with exclusive_lock(sys.argv[1], "the test folder"):
+  print("held", flush=True)
+  time.sleep(60)
+"""
+
+
+def test_exclusive_lock_names_its_holder_and_a_killed_holder_does_not_block(tmp_path):
+  lock = tmp_path / "out.lock"
+  holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock)], stdout=subprocess.PIPE,
+                            text=True)
+  try:
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(UserError, match=rf"^the test folder is in use by pid {holder.pid} on \S+ "
+                                        rf"since [-0-9]+ [:0-9]+: -c {lock}; wait for it"):
+      with exclusive_lock(str(lock), "the test folder"):
+        pass
+  finally:
+    holder.kill()
+    holder.wait()
+  assert lock.exists()  # left by the killed holder, but no longer locked
+  with exclusive_lock(str(lock), "the test folder"):
+    assert lock.read_text().startswith(f"pid {os.getpid()} on ")
+  assert not lock.exists()
+
+
+def test_exclusive_lock_is_released_on_error_and_never_takes_a_users_file(tmp_path):
+  lock = tmp_path / "sub" / "x.lock"
+  with pytest.raises(KeyboardInterrupt):
+    with exclusive_lock(str(lock), "x"):
+      raise KeyboardInterrupt
+  assert not lock.exists()
+  with exclusive_lock(str(lock), "x"):
+    pass
+  lock.write_text("my notes")
+  with pytest.raises(UserError, match="is not a performer lock file"):
+    with exclusive_lock(str(lock), "x"):
+      pass
+  assert lock.read_text() == "my notes"

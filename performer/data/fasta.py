@@ -4,6 +4,7 @@
 stream at record boundaries (it also hashes the raw file bytes for the
 manifest). `parse_block` runs in worker processes: it splits lines, applies
 the residue rules and returns flat arrays that are cheap to send back.
+`nucleotide_share` reads only a file's head, to refuse DNA/RNA before any work.
 """
 
 import dataclasses
@@ -20,9 +21,12 @@ from performer.errors import UserError
 BLOCK_BYTES = 1 << 22
 POLICIES = ("skip", "map-to-x", "fail")
 BOM = b"\xef\xbb\xbf"
+# A, C, G, T, U, N are amino-acid letters too, but make up about a quarter of
+# real protein; a file well above this share is DNA/RNA (a genome, reads).
+NUCLEOTIDE_LIMIT = 0.9
 
 
-class _HashingReader(io.RawIOBase):
+class HashingReader(io.RawIOBase):
   """A raw file wrapper that feeds every byte read into a sha256."""
 
   def __init__(self, f):
@@ -55,7 +59,7 @@ def read_blocks(path, digest_out, block_bytes=BLOCK_BYTES):
   except OSError as e:
     raise UserError(f"{path}: {e.strerror}") from None
   with raw:
-    hashing = _HashingReader(raw)
+    hashing = HashingReader(raw)
     buffered = io.BufferedReader(hashing, 1 << 20)
     stream = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b" else buffered
     carry, line, first = b"", 1, True
@@ -86,6 +90,36 @@ def read_blocks(path, digest_out, block_bytes=BLOCK_BYTES):
       yield carry, line, raw.tell()
     digest_out["sha256"] = hashing.sha256.hexdigest()
     digest_out["bytes"] = raw.tell()
+
+
+def nucleotide_share(path, residues=5000, head_bytes=1 << 20):
+  """(share of A, C, G, T, U, N in any case, residues seen) over the first `residues` residues.
+
+  Reads at most `head_bytes` of text (plain or gzip), so it is quick even on
+  a genome of one huge record. A file without residues gives (0.0, 0).
+
+  Raises:
+    UserError: an unreadable file or corrupt gzip data.
+  """
+  try:
+    with open(path, "rb") as raw:
+      buffered = io.BufferedReader(raw)
+      stream = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b" else buffered
+      head = stream.read(head_bytes)
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise UserError(f"{path}: truncated or corrupt gzip data ({e})") from None
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  counts = seen = 0
+  for line in head.split(b"\n")[:-1 if len(head) == head_bytes else None]:  # whole lines
+    line = line.strip()
+    if line and not line.startswith(b">"):
+      line = b"".join(line.split()).upper()[:residues - seen]
+      counts += sum(line.count(c) for c in b"ACGTUN")
+      seen += len(line)
+      if seen >= residues:
+        break
+  return (counts / seen if seen else 0.0), seen
 
 
 @dataclasses.dataclass

@@ -1,20 +1,83 @@
-"""Output folders of prepared datasets: checked first, built aside, swapped in when complete.
+"""Output folders of prepared datasets: locked, checked first, built aside, swapped in.
 
-A dataset is built in `<out>.partial`, which holds a marker file so that only
-folders this code made are ever deleted, and renamed to `<out>` at the end.
-`--force` replaces an `<out>` only if it holds a performer dataset
-(manifest.json), never a folder of other files, an input, or a folder that
-holds an input.
+A run holds `<out>.lock` (an flock, see atomic.exclusive_lock) from start to
+end, so a second run on the same `<out>` stops at once. A dataset is built in
+`<out>.partial`, which holds a marker file so that only folders this code made
+are ever deleted, and renamed to `<out>` at the end. `--force` replaces an
+`<out>` only if it holds a performer dataset (manifest.json), never a folder
+of other files, an input, or a folder that holds an input.
+
+A dataset is identified by its options and the sha256 of its inputs, not by
+their paths or times: the same bytes at another path are the same dataset.
+The manifest records each input's path, size, mtime and ctime, so that an
+unchanged file is not read again to learn its sha256.
 """
 
+import hashlib
 import json
 import os
 import shutil
 
-from performer.atomic import writable_folder
+from performer.atomic import exclusive_lock, writable_folder
 from performer.errors import UserError
 
 MARKER = ".performer-partial"
+
+
+def _check_name(out):
+  if not out or os.path.abspath(out) in ("/", os.path.abspath(os.sep)) or out.strip("./") == "":
+    raise UserError(f"--out {out!r} cannot be the output folder; name a new folder")
+
+
+def lock(out):
+  """Context manager holding `<out>.lock` for a whole run.
+
+  Raises:
+    UserError: another run holds it (naming its pid, host and command), or
+      `out` is not a usable name.
+  """
+  _check_name(out)
+  return exclusive_lock(out.rstrip("/") + ".lock", f"--out {out}")
+
+
+def file_stat(path):
+  """{"realpath", "bytes", "mtime_ns", "ctime_ns"} of a file: when a recorded sha256 still holds.
+
+  Raises:
+    UserError: the file cannot be read.
+  """
+  try:
+    st = os.stat(path)
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  return {"realpath": os.path.realpath(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+          "ctime_ns": st.st_ctime_ns}
+
+
+def file_digest(path, known=()):
+  """`file_stat(path)` plus "sha256", taken from `known` when it holds this unchanged file.
+
+  Args:
+    path: a file.
+    known: digests recorded earlier (as this function returns them); one with
+      the same realpath, size, mtime and ctime is trusted instead of reading.
+
+  Raises:
+    UserError: the file cannot be read.
+  """
+  entry = file_stat(path)
+  for old in known:
+    if isinstance(old, dict) and old.get("sha256") and all(
+        old.get(k) == v for k, v in entry.items()):
+      return {**entry, "sha256": old["sha256"]}
+  sha = hashlib.sha256()
+  try:
+    with open(path, "rb") as f:
+      for chunk in iter(lambda: f.read(1 << 20), b""):
+        sha.update(chunk)
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  return {**entry, "sha256": sha.hexdigest()}
 
 
 def check(out, inputs, fingerprint, force):
@@ -23,15 +86,17 @@ def check(out, inputs, fingerprint, force):
   Args:
     out: the output folder.
     inputs: paths read by the run (files or folders).
-    fingerprint: JSON-able description of inputs and options.
+    fingerprint: callable(manifest) -> JSON-able description of this run's
+      input contents and options, given the manifest.json of the dataset now
+      in `out` (to reuse its recorded digests); only called when there is
+      one, so a run into a new folder reads no input twice.
     force: replace an `out` that holds another performer dataset.
 
   Raises:
     UserError: an unusable path, an `out` that is or holds an input, or one
       that holds something else (another dataset without --force).
   """
-  if not out or os.path.abspath(out) in ("/", os.path.abspath(os.sep)) or out.strip("./") == "":
-    raise UserError(f"--out {out!r} cannot be the output folder; name a new folder")
+  _check_name(out)
   target = os.path.realpath(out)
   for path in inputs:
     source = os.path.realpath(path)
@@ -47,7 +112,8 @@ def check(out, inputs, fingerprint, force):
     raise UserError(f"{out} exists and is not a prepared dataset; choose another --out"
                     + (" (--force only replaces prepared datasets)" if force else ""))
   with open(manifest) as f:
-    same = json.load(f).get("fingerprint") == fingerprint
+    held = json.load(f)
+  same = held.get("fingerprint") == fingerprint(held)
   if same and not force:
     return True
   if not force:

@@ -8,6 +8,10 @@ decode(encode(text)) == text for any text), encodes every book as one record
 of uint16 ids and records per split the whitespace-split word count, the
 SentencePiece token count and their ratio: the multiplier that turns a
 per-token loss into word-level perplexity, exp(multiplier * loss).
+
+Built in `<out>.partial` under the lock `<out>.lock` (see outdir.py). A book
+that is not UTF-8 stops the run with an error naming it, or, with
+skip_bad_books, is left out and counted in stats.json and manifest.json.
 """
 
 import dataclasses
@@ -19,6 +23,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import tempfile
 import time
 
@@ -44,6 +49,7 @@ class PG19Config:
   train_bytes: int = 100_000_000
   seed: int = 0
   shard_tokens: int = 1 << 26
+  skip_bad_books: bool = False  # leave out books that are not UTF-8, counted
 
   def __post_init__(self):
     if not 8 <= self.vocab_size <= 65535:
@@ -91,27 +97,58 @@ def list_books(folder):
   return books
 
 
-def read_books(paths, digests=None):
-  """Yields (book id, cleaned text) of each path; appends {name, bytes, sha256} to digests."""
+def read_books(paths, digests=None, skipped=None):
+  """Yields (book id, cleaned text) of each path.
+
+  Args:
+    paths: book files.
+    digests: if a list, gets the `outdir.file_stat` of each book (all of
+      them, skipped ones too) plus "name" and "sha256".
+    skipped: if a list, books that are not UTF-8 are appended to it and left
+      out; if None, they raise.
+
+  Raises:
+    UserError: an unreadable book, or one that is not UTF-8 (without
+      `skipped`), naming it.
+  """
   for path in paths:
-    with open(path, "rb") as f:
-      raw = f.read()
+    entry = outdir.file_stat(path)
+    try:
+      with open(path, "rb") as f:
+        raw = f.read()
+    except OSError as e:
+      raise UserError(f"{path}: {e.strerror}") from None
     if digests is not None:
-      digests.append({"name": os.path.basename(path), "bytes": len(raw),
+      digests.append({"name": os.path.basename(path), **entry, "bytes": len(raw),
                       "sha256": hashlib.sha256(raw).hexdigest()})
-    yield os.path.basename(path)[:-4], clean_text(raw, path)
+    try:
+      text = clean_text(raw, path)
+    except UserError:
+      if skipped is None:
+        raise
+      skipped.append(path)
+      continue
+    yield os.path.basename(path)[:-4], text
 
 
-def read_tfds_books(split):
-  """Yields (book id, text) from tensorflow-datasets' pg19 (the `tfds` extra)."""
+def read_tfds_books(split, skipped=None):
+  """Yields (book id, text) from tensorflow-datasets' pg19 (the `tfds` extra); see read_books."""
   try:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   except ImportError:
     raise UserError("the tfds source needs tensorflow-datasets; from the project folder run: "
                     ".venv/bin/pip install -e '.[tfds]'") from None
   for example in tfds.as_numpy(tfds.load("pg19", split=SPLITS[split])):
-    yield example["book_id"].decode() if isinstance(example["book_id"], bytes) else str(
-        example["book_id"]), clean_text(example["book_text"], "tfds pg19")
+    book = example["book_id"]
+    book = book.decode() if isinstance(book, bytes) else str(book)
+    try:
+      text = clean_text(example["book_text"], f"tfds pg19 {split} book {book}")
+    except UserError:
+      if skipped is None:
+        raise
+      skipped.append(f"tfds:{book}")
+      continue
+    yield book, text
 
 
 def read_metadata(folder):
@@ -132,15 +169,25 @@ def train_tokenizer(lines, cfg):
     UserError: the corpus is too small for cfg.vocab_size (naming the largest
       size that fits).
   """
-  model = io.BytesIO()
+  model, failure = io.BytesIO(), []
+
+  def guarded():
+    try:
+      yield from lines
+    except BaseException as e:  # SentencePiece re-raises it as a RuntimeError with a traceback
+      failure.append(e)
+      raise
+
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=model, vocab_size=cfg.vocab_size,
+        sentence_iterator=guarded(), model_writer=model, vocab_size=cfg.vocab_size,
         model_type="unigram", character_coverage=1.0, byte_fallback=True,
         normalization_rule_name="identity", remove_extra_whitespaces=False,
         allow_whitespace_only_pieces=True, user_defined_symbols=["\n"],
         num_threads=os.cpu_count() or 1, minloglevel=2)
   except RuntimeError as e:
+    if failure:  # e.g. the UserError of a book that is not UTF-8
+      raise failure[0] from None
     fits = re.search(r"value <= (\d+)", str(e))
     if fits:
       raise UserError(f"--vocab-size {cfg.vocab_size} is too large for this training text; "
@@ -155,26 +202,55 @@ def train_tokenizer(lines, cfg):
   return model.getvalue()
 
 
-def _training_lines(paths, budget, seed):
+def _training_lines(paths, budget, seed, skip_bad_books=False):
   """Non-empty lines of the train books, each kept with probability budget / total bytes.
 
   Streams the books: memory grows with the budget, not with the corpus.
   """
-  total = sum(os.path.getsize(p) for p in paths)
+  total = sum(outdir.file_stat(p)["bytes"] for p in paths)
   keep = min(1.0, budget / max(total, 1))
   rng = random.Random(seed)
-  for _, text in read_books(paths):
+  for _, text in read_books(paths, skipped=[] if skip_bad_books else None):
     for line in text.split("\n"):
       if line.strip() and (keep == 1.0 or rng.random() < keep):
         yield line
 
 
+def _fingerprint(cfg, digests):
+  """What identifies a dataset: options and book contents (JSON-normalised).
+
+  digests: {split: read_books digests}, or None for the tfds source. The
+  folder's path is left out, so the same books elsewhere are the same dataset.
+  """
+  options = dataclasses.asdict(cfg)
+  if digests is not None:
+    del options["source"]
+  books = "tfds:pg19" if digests is None else {
+      split: [[d["name"], d["sha256"]] for d in ds] for split, ds in digests.items()}
+  return json.loads(json.dumps({"kind": "pg19", "options": options, "books": books}))
+
+
+def _fingerprint_now(cfg, books, manifest):
+  """`_fingerprint` of this run, reusing the digests recorded in an earlier `manifest`."""
+  if books is None:
+    return _fingerprint(cfg, None)
+  inputs = manifest.get("inputs")
+  known = [d for ds in inputs.values() for d in ds] if isinstance(inputs, dict) else []
+  return _fingerprint(cfg, {split: [{"name": os.path.basename(p), **outdir.file_digest(p, known)}
+                                    for p in paths] for split, paths in books.items()})
+
+
 def prepare(cfg, out, *, force=False, progress=True):
   """Runs prepare-pg19; returns the stats dict (also out/stats.json).
 
+  `out + ".lock"` is held for the whole run; the dataset is built in
+  `out + ".partial"` and renamed when complete.
+
   Raises:
-    UserError: a missing or malformed source, a vocabulary that does not fit
-      the training text, or an unusable `out` (see outdir.check).
+    UserError: a missing or malformed source, an unreadable book or one that
+      is not UTF-8 (unless cfg.skip_bad_books), a vocabulary that does not
+      fit the training text, another run on `out`, or an unusable `out` (see
+      outdir.check).
   """
   if cfg.source == "tfds":
     books, inputs = None, ["tfds:pg19"]
@@ -182,30 +258,34 @@ def prepare(cfg, out, *, force=False, progress=True):
     raise UserError(f"{cfg.source}: no such folder")
   else:
     books, inputs = list_books(cfg.source), [cfg.source]
-  listing = {s: [[os.path.basename(p), os.path.getsize(p), os.stat(p).st_mtime_ns] for p in ps]
-             for s, ps in (books or {}).items()}
-  fingerprint = json.loads(json.dumps({"kind": "pg19", "options": dataclasses.asdict(cfg),
-                                       "books": listing}))
-  if outdir.check(out, inputs, fingerprint, force):
-    print(f"{out} already holds this dataset (same books and options); nothing to do")
+  with outdir.lock(out):
+    return _prepare(cfg, books, inputs, out, force, progress)
+
+
+def _prepare(cfg, books, inputs, out, force, progress):
+  """`prepare` once `out` is locked."""
+  if outdir.check(out, inputs, lambda manifest: _fingerprint_now(cfg, books, manifest), force):
+    print(f"{out} already holds this dataset (same book contents and options); nothing to do")
     with open(os.path.join(out, "stats.json")) as f:
       return json.load(f)
   start = time.perf_counter()
   if books is None:  # tfds: books come as a stream; train text is sampled from it
-    lines = (line for _, text in read_tfds_books("train") for line in text.split("\n")
-             if line.strip())
+    lines = (line for _, text in read_tfds_books("train", [] if cfg.skip_bad_books else None)
+             for line in text.split("\n") if line.strip())
     lines = itertools.islice(lines, max(1, cfg.train_bytes // 80))
   else:
-    lines = _training_lines(books["train"], cfg.train_bytes, cfg.seed)
+    lines = _training_lines(books["train"], cfg.train_bytes, cfg.seed, cfg.skip_bad_books)
   model = train_tokenizer(lines, cfg)
   tmp = outdir.begin(out)
   try:
     result, digests = _encode(cfg, model, books, tmp, progress)
     metadata = read_metadata(cfg.source) if books is not None else {}
     manifest = {"format": "performer-token-shards-v1", "product": f"performer {__version__}",
-                "fingerprint": fingerprint, "inputs": digests, "dtype": "uint16",
+                "fingerprint": _fingerprint(cfg, None if books is None else digests),
+                "inputs": digests, "dtype": "uint16",
                 "splits": list(SPLITS), "tokenizer": "spm.model",
-                "books_with_metadata": len(metadata)}
+                "books_with_metadata": len(metadata),
+                "books_skipped": result["skipped_books"]["count"]}
     for name, obj in (("stats.json", result), ("manifest.json", manifest)):
       with open(os.path.join(tmp, name), "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
@@ -216,6 +296,11 @@ def prepare(cfg, out, *, force=False, progress=True):
     outdir.abort(tmp)
     raise
   outdir.commit(tmp, out)
+  skipped = result["skipped_books"]
+  if skipped["count"]:
+    names = ", ".join(skipped["books"][:5]) + (", ..." if skipped["count"] > 5 else "")
+    print(f"warning: skipped {skipped['count']} book(s) that are not UTF-8 text: {names} "
+          f"(all listed in {os.path.join(out, 'stats.json')})", file=sys.stderr)
   print(f"prepared PG-19 from {cfg.source} in {time.perf_counter() - start:.1f} s -> {out}")
   return result
 
@@ -225,10 +310,11 @@ def _encode(cfg, model, books, tmp, progress):
   with open(os.path.join(tmp, "spm.model"), "wb") as f:
     f.write(model)
   sp = spm.SentencePieceProcessor(model_proto=model)
-  result, digests = {"vocab_size": cfg.vocab_size, "splits": {}}, {}
+  result, digests, skipped = {"vocab_size": cfg.vocab_size, "splits": {}}, {}, []
   for split in SPLITS:
-    digests[split] = []
-    stream = read_tfds_books(split) if books is None else read_books(books[split], digests[split])
+    digests[split], bad = [], [] if cfg.skip_bad_books else None
+    stream = (read_tfds_books(split, bad) if books is None
+              else read_books(books[split], digests[split], bad))
     writer = ShardWriter(os.path.join(tmp, split), np.uint16, cfg.shard_tokens)
     lengths, words = stats.LengthStats(), 0
     for _, text in tqdm.tqdm(stream, desc=f"encode {split}", unit="book", disable=not progress):
@@ -242,6 +328,8 @@ def _encode(cfg, model, books, tmp, progress):
         "books": sum(lengths.histogram.values()), "book_tokens": lengths.summary(),
         "word_tokens": words, "spm_tokens": tokens,
         "multiplier": round(tokens / words, 4) if words else None}
+    skipped += [f"{SPLITS[split]}/{os.path.basename(p)}" for p in bad or []]
+  result["skipped_books"] = {"count": len(skipped), "books": skipped}
   return result, digests
 
 
@@ -254,6 +342,10 @@ def _stats_markdown(result):
   for split, r in result["splits"].items():
     lines.append(f"| {split} | {r['books']} | {r['word_tokens']} | {r['spm_tokens']} | "
                  f"{r['multiplier']} |")
+  skipped = result["skipped_books"]
+  if skipped["count"]:
+    lines += ["", f"Skipped {skipped['count']} book(s) that are not UTF-8 text: "
+                  f"{', '.join(skipped['books'])}."]
   return "\n".join(lines) + "\n\nWord-level perplexity = exp(multiplier * per-token loss).\n"
 
 

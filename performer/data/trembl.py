@@ -6,18 +6,21 @@ accession belongs to a held-out family, otherwise train/valid/test from a
 salted hash of its sequence, so duplicates always share a split. Two tasks are
 written per split: `single` (each sequence clipped to seq_len) and `concat`
 (sequences joined with EOS and cut into non-overlapping concat_len chunks).
-Everything is built in `<out>.tmp` and renamed to `<out>` at the end.
+Everything is built in `<out>.partial` and renamed to `<out>` at the end
+(see outdir.py, which also locks `<out>` for the run).
 """
 
 import collections
 import dataclasses
 import gzip
 import hashlib
+import io
 import json
 import multiprocessing
 import os
 import signal
 import time
+import zlib
 
 import numpy as np
 import tqdm
@@ -98,20 +101,30 @@ def load_held_out(cfg, salt):
   """Reads the accession -> family mapping; keeps only held-out accessions.
 
   Accepts Pfam's Pfam-A.regions.uniprot.tsv(.gz) (header with uniprot_acc and
-  pfamA_acc) or any two-column 'accession family' text file. Families are
-  held out if listed in cfg.ood_families, else if a hash of their id falls
-  below cfg.ood_fraction.
+  pfamA_acc) or any two-column 'accession family' UTF-8 text file, plain or
+  gzip. Families are held out if listed in cfg.ood_families, else if a hash
+  of their id falls below cfg.ood_fraction.
 
   Returns:
-    (accessions: set, held_out_families: sorted list, family_count: int).
+    (accessions: set, held_out_families: sorted list, family_count: int,
+     digest: `outdir.file_stat` of the file plus its "sha256").
+
+  Raises:
+    UserError: an unreadable, binary, corrupt or empty file, a line without
+      two fields, or a requested family that is not in the file.
   """
-  opener = gzip.open if cfg.families.endswith(".gz") else open
   wanted = set(cfg.ood_families)
   accessions, held, families = set(), set(), set()
   cols = (0, 1)
+  digest = outdir.file_stat(cfg.families)
   try:
-    with opener(cfg.families, "rt") as f:
-      for line_no, line in enumerate(f, 1):
+    with open(cfg.families, "rb") as raw:
+      hashing = fasta.HashingReader(raw)
+      buffered = io.BufferedReader(hashing, 1 << 20)
+      binary = (gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b"
+                else buffered)
+      text = io.TextIOWrapper(binary, encoding="utf-8")
+      for line_no, line in enumerate(text, 1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
           continue
@@ -126,12 +139,22 @@ def load_held_out(cfg, salt):
         if family in wanted or (not wanted and _fraction(family, salt) < cfg.ood_fraction):
           accessions.add(acc)
           held.add(family)
+      while hashing.read(1 << 20):  # hash to the end, as outdir.file_digest does
+        pass
+  except UnicodeDecodeError:
+    raise UserError(f"{cfg.families}: not UTF-8 text; --families wants an 'accession family' "
+                    "table such as Pfam-A.regions.uniprot.tsv.gz") from None
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise UserError(f"{cfg.families}: truncated or corrupt gzip data ({e})") from None
   except OSError as e:
     raise UserError(f"{cfg.families}: {e.strerror or e}") from None
+  if not families:
+    raise UserError(f"{cfg.families}: no 'accession family' lines; --families wants a table "
+                    "such as Pfam-A.regions.uniprot.tsv.gz")
   missing = wanted - families
   if missing:
     raise UserError(f"{cfg.families}: no such families: {', '.join(sorted(missing))}")
-  return accessions, sorted(held), len(families)
+  return accessions, sorted(held), len(families), {**digest, "sha256": hashing.sha256.hexdigest()}
 
 
 class _Concat:
@@ -159,11 +182,26 @@ class _Concat:
     return {"count": self.chunks, "length": self.length, "dropped_tail_tokens": self.buffered}
 
 
-def _fingerprint(cfg, files):
-  """What identifies a dataset: options and inputs (JSON-normalised, tuples as lists)."""
-  return json.loads(json.dumps({"kind": "trembl", "options": dataclasses.asdict(cfg),
-                                "inputs": [{"path": p, "bytes": os.path.getsize(p),
-                                            "mtime_ns": os.stat(p).st_mtime_ns} for p in files]}))
+def _fingerprint(cfg, inputs, families):
+  """What identifies a dataset: options and input contents (JSON-normalised, tuples as lists).
+
+  inputs: digests (with "sha256") of the FASTA files in order; families: that
+  of the --families file, or None. Paths and times are left out, so the same
+  bytes elsewhere are the same dataset.
+  """
+  options = dataclasses.asdict(cfg)
+  del options["inputs"]
+  options["families"] = families["sha256"] if families else None
+  return json.loads(json.dumps({"kind": "trembl", "options": options,
+                                "inputs": [d["sha256"] for d in inputs]}))
+
+
+def _fingerprint_now(cfg, files, manifest):
+  """`_fingerprint` of this run, reusing the digests recorded in an earlier `manifest`."""
+  inputs = manifest.get("inputs")
+  known = (inputs if isinstance(inputs, list) else []) + [manifest.get("families")]
+  return _fingerprint(cfg, [outdir.file_digest(p, known) for p in files],
+                      outdir.file_digest(cfg.families, known) if cfg.families else None)
 
 
 def _parsed_blocks(files, cfg, salt, workers, inputs):
@@ -174,7 +212,7 @@ def _parsed_blocks(files, cfg, salt, workers, inputs):
           if workers > 1 else None)
   try:
     for path in files:
-      digest, done = {}, 0
+      digest, done = outdir.file_stat(path), 0
       pending = collections.deque()
       for block, line, position in fasta.read_blocks(path, digest):
         task = (block, line, path, cfg.invalid, salt)
@@ -195,34 +233,49 @@ def _parsed_blocks(files, cfg, salt, workers, inputs):
       pool.terminate()
 
 
-def prepare(cfg, out, *, workers=None, force=False, progress=True):
+def prepare(cfg, out, *, workers=None, force=False, progress=True, allow_nucleotide=False):
   """Runs prepare-trembl; returns the stats dict (also written to out/stats.json).
 
   Args:
     cfg: `TremblConfig`.
-    out: output folder; built in `out + ".tmp"`, renamed when complete.
+    out: output folder; built in `out + ".partial"`, renamed when complete;
+      `out + ".lock"` is held for the whole run.
     workers: parsing processes (default: all cores).
     force: replace an `out` that holds another dataset.
+    allow_nucleotide: accept inputs that look like DNA/RNA (see
+      `fasta.nucleotide_share`).
 
   Raises:
-    UserError: bad inputs (see fasta.py), a bad families file, an `out` that
+    UserError: bad inputs (see fasta.py), an input that looks like nucleotide
+      sequence, a bad families file, another run on `out`, an `out` that
       holds another dataset, or no usable record at all.
   """
   if workers is not None and workers < 1:
     raise UserError(f"--workers must be >= 1, got {workers}")
   files = expand_inputs(cfg.inputs)
-  fingerprint = _fingerprint(cfg, files)
-  if outdir.check(out, list(cfg.inputs) + ([cfg.families] if cfg.families else []), fingerprint,
-                  force):
-    print(f"{out} already holds this dataset (same inputs and options); nothing to do")
+  if not allow_nucleotide:
+    for path in files:
+      share, residues = fasta.nucleotide_share(path)
+      if share > fasta.NUCLEOTIDE_LIMIT:
+        raise UserError(f"{path}: {share:.0%} of its first {residues:,} residues are A, C, G, T, "
+                        "U or N: this looks like DNA/RNA, not protein; pass --allow-nucleotide "
+                        "if it really is protein")
+  with outdir.lock(out):
+    return _prepare(cfg, files, out, workers, force, progress)
+
+
+def _prepare(cfg, files, out, workers, force, progress):
+  """`prepare` once `out` is locked."""
+  if outdir.check(out, list(cfg.inputs) + ([cfg.families] if cfg.families else []),
+                  lambda manifest: _fingerprint_now(cfg, files, manifest), force):
+    print(f"{out} already holds this dataset (same input contents and options); nothing to do")
     with open(os.path.join(out, "stats.json")) as f:
       return json.load(f)
   salt = f"performer-trembl-{cfg.seed}".encode()
   ood = load_held_out(cfg, salt) if cfg.families else None
   tmp = outdir.begin(out)
   try:
-    result, residues, seconds = _build(cfg, files, tmp, fingerprint, salt, ood, workers,
-                                       progress)
+    result, residues, seconds = _build(cfg, files, tmp, salt, ood, workers, progress)
   except BaseException:
     outdir.abort(tmp)
     raise
@@ -232,10 +285,10 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True):
   return result
 
 
-def _build(cfg, files, tmp, fingerprint, salt, ood, workers, progress):
+def _build(cfg, files, tmp, salt, ood, workers, progress):
   """Streams the inputs into shards under `tmp`; returns (stats, residues, seconds).
 
-  ood: `load_held_out`'s (accessions, families, family_count), or None.
+  ood: `load_held_out`'s (accessions, families, family_count, digest), or None.
   """
   held_out = ood[0] if ood else None
   splits = SPLITS if ood else SPLITS[:3]
@@ -294,7 +347,9 @@ def _build(cfg, files, tmp, fingerprint, salt, ood, workers, progress):
   shard_index = {**{f"single/{s}": w.close() for s, w in single.items()},
                  **{f"concat/{s}": c.index for s, c in concat.items()}}
   manifest = {"format": "performer-token-shards-v1", "product": f"performer {__version__}",
-              "fingerprint": fingerprint, "inputs": inputs, "vocabulary": list(vocab.TOKENS),
+              "fingerprint": _fingerprint(cfg, inputs, ood[3] if ood else None),
+              "inputs": inputs, "families": ood[3] if ood else None,
+              "vocabulary": list(vocab.TOKENS),
               "dtype": "uint8", "splits": list(splits), "tasks": ["single", "concat"],
               "counts": {k: result[k] for k in ("records_read", "records_kept")},
               "shards": {k: {"records": v["records"], "shards": len(v["shards"])}

@@ -2,12 +2,13 @@
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
 import sentencepiece as spm
 
-from performer.data import pg19, samples
+from performer.data import outdir, pg19, samples
 from performer.data.shards import TokenShards
 from performer.errors import UserError
 
@@ -131,3 +132,49 @@ def test_training_text_is_sampled_to_the_budget(book, tmp_path):
   total = sum(len(line.encode()) for line in pg19._training_lines(paths, 10 ** 9, 0))
   sampled = sum(len(line.encode()) for line in pg19._training_lines(paths, 20_000, 0))
   assert 10_000 < sampled < 30_000 < total
+
+
+def test_a_second_run_on_the_same_out_stops_at_once_naming_the_first(book, tmp_path):
+  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  out = tmp_path / "out"
+  with outdir.lock(str(out)):
+    with pytest.raises(UserError, match=rf"--out {out} is in use by pid {os.getpid()} on "):
+      pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(out), progress=False)
+  assert not out.exists() and not (tmp_path / "out.lock").exists()
+
+
+def test_a_book_that_is_not_utf8_is_named_or_skipped_and_counted(book, tmp_path, capsys):
+  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  with open(os.path.join(source, "train", "9999.txt"), "wb") as f:
+    f.write("Caf\u00e9 au lait.\n".encode("latin-1"))  # read while SentencePiece trains
+  with open(os.path.join(source, "test", "9998.txt"), "wb") as f:
+    f.write(b"\xff\xfe\x00binary")  # read while encoding, after training
+  with pytest.raises(UserError, match=r"train/9999\.txt: not UTF-8 text \(byte 3\)"):
+    pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(tmp_path / "out"),
+                 progress=False)
+  assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+  os.remove(os.path.join(source, "train", "9999.txt"))
+  with pytest.raises(UserError, match=r"test/9998\.txt: not UTF-8 text"):
+    pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(tmp_path / "out"),
+                 progress=False)
+  with open(os.path.join(source, "train", "9999.txt"), "wb") as f:
+    f.write("Caf\u00e9 au lait.\n".encode("latin-1"))
+  capsys.readouterr()
+  result = pg19.prepare(pg19.PG19Config(source=source, vocab_size=500, skip_bad_books=True),
+                        str(tmp_path / "out"), progress=False)
+  assert result["skipped_books"] == {"count": 2, "books": ["train/9999.txt", "test/9998.txt"]}
+  assert [result["splits"][s]["books"] for s in ("train", "valid", "test")] == [9, 1, 1]
+  assert json.loads((tmp_path / "out" / "manifest.json").read_text())["books_skipped"] == 2
+  assert "Skipped 2 book(s) that are not UTF-8 text" in (tmp_path / "out" / "stats.md").read_text()
+  assert "warning: skipped 2 book(s) that are not UTF-8 text: train/9999.txt, test/9998.txt" in (
+      capsys.readouterr().err)
+
+
+def test_the_same_books_elsewhere_are_the_same_dataset(prepared, tmp_path):
+  source, out, result = prepared
+  stamp = (out / "manifest.json").stat().st_mtime_ns
+  moved = tmp_path / "cache2" / "pg19-botchan"  # another PERFORMER_CACHE, fresh mtimes
+  shutil.copytree(source, moved, copy_function=shutil.copyfile)
+  cfg = pg19.PG19Config(source=str(moved), vocab_size=1000)
+  assert pg19.prepare(cfg, str(out), progress=False) == result  # nothing to do
+  assert (out / "manifest.json").stat().st_mtime_ns == stamp

@@ -2,6 +2,7 @@
 
 import filecmp
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import grain.python as grain
 import numpy as np
 import pytest
 
-from performer.data import samples, trembl, vocab
+from performer.data import fasta, outdir, samples, trembl, vocab
 from performer.data.shards import TokenShards
 from performer.errors import UserError
 
@@ -274,3 +275,74 @@ def test_windows_cover_long_records_exactly(proteome, tmp_path):
   assert np.array_equal(joined[0], np.concatenate([source[i] for i in range(len(source))]))
   assert len(windows) == sum(-(-len(source[i]) // 100) for i in range(len(source)))
   assert max(len(windows[i]) for i in range(len(windows))) == 100
+
+
+def test_a_second_run_on_the_same_out_stops_at_once_naming_the_first(proteome, tmp_path):
+  out = tmp_path / "d"
+  with outdir.lock(str(out)):  # as a first run holds it
+    with pytest.raises(UserError, match=rf"--out {out} is in use by pid {os.getpid()} on "):
+      _prepare([proteome], out)
+    assert not out.exists() and not (tmp_path / "d.partial").exists()
+  _prepare([proteome], out)
+  assert sorted(os.listdir(tmp_path)) == ["d"]  # the lock file is gone with its holder
+
+
+def test_nucleotide_input_is_refused_unless_allowed(proteome, tmp_path):
+  rng = np.random.default_rng(0)
+  genome = tmp_path / "genome.fna"
+  genome.write_text("".join(f">contig{i}\n" + "".join(rng.choice(list("acgtn"), 3000)) + "\n"
+                            for i in range(3)))
+  with pytest.raises(UserError, match=r"genome.fna: 100% of its first 5,000 residues are A, C, G, "
+                                      r"T, U or N: .*DNA/RNA.*--allow-nucleotide"):
+    _prepare([proteome, genome], tmp_path / "d")
+  assert not (tmp_path / "d").exists()
+  assert fasta.nucleotide_share(proteome) == (pytest.approx(0.2042), 5000)  # real protein
+  cfg = trembl.TremblConfig(inputs=(str(genome),), valid_fraction=0, test_fraction=0)
+  result = trembl.prepare(cfg, str(tmp_path / "d"), workers=1, progress=False,
+                          allow_nucleotide=True)
+  assert result["records_kept"] == 3 and result["rules"]["upper_cased"] == 3
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"\x00\x01\xff\xfebinary\x80", "not UTF-8 text"),
+    (b"", "no 'accession family' lines"),
+    (b"uniprot_acc\tpfamA_acc\n# nothing\n", "no 'accession family' lines"),
+    (gzip.compress(b"A0A1 PF00001\n" * 1000, mtime=0)[:40], "truncated or corrupt gzip data"),
+], ids=["binary", "empty", "header-only", "truncated-gzip"])
+def test_bad_families_files_are_one_line_errors(proteome, tmp_path, content, match):
+  families = tmp_path / "families.tsv"
+  families.write_bytes(content)
+  with pytest.raises(UserError, match=f"families.tsv: .*({match})"):
+    _prepare([proteome], tmp_path / "d", families=str(families))
+  assert not (tmp_path / "d").exists()
+
+
+def test_identical_bytes_elsewhere_are_the_same_dataset(proteome, tmp_path):
+  families = tmp_path / "families.tsv.gz"
+  with gzip.open(families, "wt") as f:
+    f.write("".join(f"{line[1:].split()[0]}\tF{i % 7}\n"
+                    for i, line in enumerate(open(proteome)) if line.startswith(">")))
+  out = tmp_path / "d"
+  _prepare([proteome], out, families=str(families))
+  stamp = (out / "manifest.json").stat().st_mtime_ns
+  moved = tmp_path / "cache2" / "sample.faa"  # another PERFORMER_CACHE, a fresh mtime
+  moved.parent.mkdir()
+  moved.write_bytes(open(proteome, "rb").read())
+  os.utime(families, ns=(1, 1))
+  _prepare([moved], out, families=str(families))  # same bytes: nothing to do
+  assert (out / "manifest.json").stat().st_mtime_ns == stamp
+  with open(families, "ab") as f:  # the OOD split depends on the mapping's content
+    f.write(gzip.compress(b"extra\tF8\n"))
+  with pytest.raises(UserError, match="different dataset"):
+    _prepare([moved], out, families=str(families))
+
+
+def test_a_recorded_sha256_is_reused_only_for_the_unchanged_file(tmp_path):
+  path = tmp_path / "a.fasta"
+  path.write_text(">a\nMKV\n")
+  entry = outdir.file_digest(str(path))
+  assert entry["sha256"] == hashlib.sha256(b">a\nMKV\n").hexdigest()
+  known = [{**entry, "sha256": "recorded"}]
+  assert outdir.file_digest(str(path), known)["sha256"] == "recorded"  # not read again
+  os.utime(path, ns=(1, 1))  # same bytes, another mtime: read again
+  assert outdir.file_digest(str(path), known)["sha256"] == entry["sha256"]
