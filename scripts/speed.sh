@@ -21,4 +21,5 @@ $performer speed --layer-only --attention exact,performer_softmax,identity,favor
 $performer figure speed --input "results/speed_layer_${tag}.json" --out "results/speed_layer_${tag}.png"
 $performer speed --layer-only --attention performer_softmax --mode fwdbwd --seq-lens 8192 \
     --chunk-sizes 32,64,128,256,512,1024 --repeats 5 --out "results/speed_chunks_${tag}.json"
+$performer figure speed --input "results/speed_chunks_${tag}.json" --out "results/speed_chunks_${tag}.png"
 $performer speed --targets --repeats 5 --out "results/speed_targets_${tag}.json"

@@ -53,32 +53,37 @@ class ApproxErrorConfig:
   variants: tuple[tuple[str, str, str], ...] = DEFAULT_VARIANTS
 
   def __post_init__(self):
-    if self.seq_len < 1 or self.dim < 1 or self.samples < 1:
-      raise UserError(f"seq_len, dim and samples must be >= 1, got {self.seq_len}, "
-                      f"{self.dim}, {self.samples}")
+    # Messages name the `performer approx-error` flag of each field.
+    for flag, value in (("--seq-len", self.seq_len), ("--dim", self.dim),
+                        ("--samples", self.samples)):
+      if value < 1:
+        raise UserError(f"{flag} must be >= 1, got {value}")
     if not 0 <= self.seed < 2 ** 31 - 1:
-      raise UserError(f"seed must be in [0, 2^31 - 1), got {self.seed}")
+      raise UserError(f"--seed must be in [0, 2^31 - 1), got {self.seed}")
     if not self.features or min(self.features) < 1:
-      raise UserError(f"features must be a non-empty list of counts >= 1, got {self.features}")
+      raise UserError(f"--features must be counts m >= 1, got {','.join(map(str, self.features))}")
     if not self.input_scales or not all(math.isfinite(s) and s > 0 for s in self.input_scales):
-      raise UserError(f"input scales must be finite and > 0, got {self.input_scales}")
+      raise UserError(f"--input-scale values must be finite and > 0, got "
+                      f"{','.join(f'{s:g}' for s in self.input_scales)}")
     if not self.variants:
-      raise UserError("no variants given")
+      raise UserError("--variants: no variants given")
     # Input draws are keyed by the scale in thousandths (see _inputs).
-    for name, values in (("features", self.features), ("variants", self.variants),
-                         ("input scales", [round(s * 1000) for s in self.input_scales])):
+    for flag, values, hint in (
+        ("--features", self.features, ""), ("--variants", self.variants, ""),
+        ("--input-scale", [round(s * 1000) for s in self.input_scales],
+         " (values must differ by >= 0.001)")):
       if len(set(values)) != len(values):
-        raise UserError(f"{name} must not repeat (input scales must differ by >= 0.001)")
+        raise UserError(f"{flag} values must not repeat{hint}")
     for kernel, kind, scaling in self.variants:
       if kernel not in favor.SOFTMAX_KERNELS:
-        raise UserError(f"variant kernel {kernel!r} is not a softmax kernel; "
-                        f"choose from {favor.SOFTMAX_KERNELS}")
+        raise UserError(f"--variants: kernel {kernel!r} is not a softmax kernel; "
+                        f"choose from {', '.join(favor.SOFTMAX_KERNELS)}")
       if kind not in favor.KINDS:
-        raise UserError(f"variant {kernel}/{kind}/{scaling}: unknown projection {kind!r}; "
-                        f"choose from {favor.KINDS}")
+        raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown projection {kind!r}; "
+                        f"choose from {', '.join(favor.KINDS)}")
       if scaling not in favor.SCALINGS:
-        raise UserError(f"variant {kernel}/{kind}/{scaling}: unknown scaling {scaling!r}; "
-                        f"choose from {favor.SCALINGS}")
+        raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown scaling {scaling!r}; "
+                        f"choose from {', '.join(favor.SCALINGS)}")
       if kind == "hadamard" and self.dim & (self.dim - 1):
         raise UserError(f"hadamard projections need --dim a power of two, got {self.dim}")
 

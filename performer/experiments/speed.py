@@ -13,6 +13,7 @@ ratios of `ratios()`; any run prints whichever of them its rows allow.
 
 import dataclasses
 import json
+import math
 import os
 import platform
 import subprocess
@@ -45,6 +46,11 @@ class SpeedConfig:
     library default).
   profile: a folder; each configuration then traces 3 extra runs into a
     subfolder of it and its row gets the top XLA operations by time.
+
+  Raises:
+    UserError: an unknown name (the message lists the valid ones), a number
+      out of range, --chunk-sizes without a Performer, or a selection that
+      measures nothing.
   """
   configs: tuple[str, ...] = ("regular",)
   attentions: tuple[str, ...] = ATTENTIONS
@@ -75,12 +81,19 @@ class SpeedConfig:
       raise UserError(f"sequence lengths must be >= 1, got {self.seq_lens}")
     if self.repeats < 1:
       raise UserError(f"--repeats must be >= 1, got {self.repeats}")
-    if not self.time_cap > 0:
-      raise UserError(f"--time-cap must be > 0 seconds, got {self.time_cap}")
+    if not 0 < self.time_cap < math.inf:
+      raise UserError(f"--time-cap must be a finite number of seconds > 0, got {self.time_cap}")
     if self.memory_cap is not None and self.memory_cap < 1:
       raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
     if any(c is not None and c < 1 for c in self.chunk_sizes):
       raise UserError(f"chunk sizes must be >= 1, got {self.chunk_sizes}")
+    if self.targets:
+      return  # targets_plan() ignores the selection
+    if self.chunk_sizes != (None,) and not any(a.startswith("performer") for a in self.attentions):
+      raise UserError("--chunk-sizes applies to the performer_* attentions; none is selected")
+    if not plan(self):  # the only filter: favor_scan is causal only
+      raise UserError(f"this selection measures nothing: {SCAN} runs causal only; "
+                      "add --direction causal or another --attention")
 
 
 def spec(config, attention, direction, mode, length, *, layer, chunk_size=None):

@@ -40,6 +40,8 @@ import time
 import jax
 import jax.numpy as jnp
 
+from performer.memory import available_bytes, format_bytes, planned_bytes
+
 # Model configurations: (num_heads, num_layers, d_ff, d_model). Regular is Fig. 3's;
 # Small is App. E's "Small", where attention dominates the cost.
 CONFIGS = {"regular": (8, 6, 2048, 512), "small": (1, 6, 64, 64)}
@@ -66,12 +68,12 @@ def measure(spec):
   start = time.perf_counter()
   compiled = jax.jit(fn).lower(*args).compile()
   compile_s = time.perf_counter() - start
-  xla_bytes = _planned_bytes(compiled)
-  cap = spec.get("memory_cap") or _memory_cap()
+  xla_bytes = planned_bytes(compiled)
+  cap = spec.get("memory_cap") or available_bytes()
   if cap and xla_bytes and xla_bytes > cap:
     return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
-            "detail": f"XLA's buffer plan needs {xla_bytes / 2**30:.2f} GiB, "
-                      f"more than the {cap / 2**30:.2f} GiB memory cap"}
+            "detail": f"XLA's buffer plan needs {format_bytes(xla_bytes)}, "
+                      f"more than the {format_bytes(cap)} memory cap"}
   run = lambda: jax.block_until_ready(compiled(*args))
   try:
     peak_bytes, source = memory.measure(run, args)  # also the first warm-up
@@ -193,16 +195,6 @@ def _options(spec):
   return options
 
 
-def _planned_bytes(compiled):
-  """Arguments + outputs + temporaries of XLA's buffer assignment, or None."""
-  try:
-    stats = compiled.memory_analysis()
-    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes
-               + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
-  except Exception:  # pylint: disable=broad-except
-    return None  # a backend without the analysis
-
-
 class _PeakMemory:
   """Peak bytes of one run: its inputs (parameters included), outputs and temporaries.
 
@@ -253,24 +245,6 @@ class _PeakMemory:
     except Exception:  # pylint: disable=broad-except
       return None
     return stats if stats and "peak_bytes_in_use" in stats else None
-
-
-def _memory_cap():
-  """The device allocator's limit, else 90% of the memory Linux reports available."""
-  try:
-    limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
-    if limit:
-      return int(limit)
-  except Exception:  # pylint: disable=broad-except
-    pass
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(0.9 * int(line.split()[1]) * 1024)
-  except OSError:
-    pass
-  return None
 
 
 def _status_bytes(field):

@@ -34,7 +34,7 @@ def load_rows(path, experiment, required):
     raise UserError(f"{path}: not a JSON result file ({e})") from None
   if not isinstance(record, dict) or record.get("experiment") != experiment:
     found = record.get("experiment") if isinstance(record, dict) else type(record).__name__
-    raise UserError(f"{path}: expected an {experiment} result file, found {found!r}")
+    raise UserError(f"{path}: expected a result file of experiment {experiment!r}, found {found!r}")
   rows = record.get("rows")
   if not isinstance(rows, list) or not rows:
     raise UserError(f"{path}: the result holds no rows")
@@ -51,17 +51,28 @@ def load_rows(path, experiment, required):
   return record, rows
 
 
-def check_figure_path(out_path):
-  """Returns the image format of out_path (png without an extension).
+def figure_format(out_path):
+  """Returns the image format out_path names (png without an extension); touches no file.
 
   Raises:
-    UserError: a format matplotlib cannot write, or an unwritable path.
+    UserError: a format matplotlib cannot write.
   """
-  check_writable(out_path)
   ext = os.path.splitext(out_path)[1][1:].lower() or "png"
   formats = FigureCanvasBase.get_supported_filetypes()
   if ext not in formats:
     raise UserError(f"{out_path}: cannot write .{ext} images; use one of {', '.join(sorted(formats))}")
+  return ext
+
+
+def check_figure_path(out_path):
+  """Returns the image format of out_path (png without an extension).
+
+  Raises:
+    UserError: a format matplotlib cannot write, or an unwritable path
+      (its folders are created).
+  """
+  ext = figure_format(out_path)
+  check_writable(out_path)
   return ext
 
 

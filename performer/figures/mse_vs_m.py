@@ -1,11 +1,14 @@
 """Fig. 4: MSE of FAVOR attention against m, from an approx-error result file.
 
-One row of panels per input scale: left, each kernel's iid and structured
-(H-ORF, G-ORF) projections against its orthogonal one; right, the kernels with
-orthogonal projections, SMREG and any other variant. Every variant in the file
-is drawn. Lines are means over the samples,
-error bars one standard deviation (clipped at the bottom, log axis), hollow
-markers the medians. Never recomputes the experiment.
+One row of panels per input scale: left, every unbiased (chi) variant, so
+each kernel's iid and structured (H-ORF, G-ORF) projections against its
+orthogonal one; right, the kernels against each other, each with one
+projection (orthogonal where the file has it, else iid, H-ORF, G-ORF in that
+order; the panel title says which), and SMREG and any other scaling. Every
+variant in the file is drawn. Lines are means over the samples, error bars
+one standard deviation (clipped at the bottom, log axis), hollow markers the
+medians. Legends sit beside the panels, off the curves. Never recomputes the
+experiment.
 """
 
 import matplotlib
@@ -13,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
-from performer.figures.io import check_figure_path, load_rows, save_figure  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
 REQUIRED = {"kernel": str, "projection": str, "scaling": str, "m": float, "mse_mean": float,
             "mse_std": float, "mse_median": float, "samples": float, "input_scale": float}
@@ -21,12 +24,24 @@ REQUIRED = {"kernel": str, "projection": str, "scaling": str, "m": float, "mse_m
 COLOURS = {"positive": "C0", "hyperbolic": "C1", "trig": "C3"}
 STYLES = {"orthogonal": "-", "iid": "--", "hadamard": ":", "givens": "-."}
 NAMES = {"orthogonal": "ORF", "iid": "IID", "hadamard": "H-ORF", "givens": "G-ORF"}
+PREFERENCE = ("orthogonal", "iid", "hadamard", "givens")  # each kernel's curve in the right panel
 
 
-def _panel(variant):
-  """0: the projection comparison (chi scaling); 1: kernels and SMREG (the rest)."""
-  _, kind, scaling = variant
-  return 0 if scaling == "chi" and kind != "orthogonal" else 1
+def _kernel_panel(variants):
+  """The right panel's variants: one chi projection per kernel, and every other scaling.
+
+  Returns (variants, title suffix naming the projections compared).
+  """
+  chosen = []
+  for kernel in sorted({v[0] for v in variants}):
+    kinds = sorted((v[1] for v in variants if v[0] == kernel and v[2] == "chi"),
+                   key=lambda k: (PREFERENCE + (k,)).index(k))
+    if kinds:
+      chosen.append((kernel, kinds[0], "chi"))
+  kinds = {v[1] for v in chosen}
+  suffix = (f" ({NAMES.get(kinds.pop(), '?')})" if len(kinds) == 1
+            else " (projections as labelled)" if kinds else "")
+  return sorted(chosen + [v for v in variants if v[2] != "chi"]), suffix
 
 
 def _label(variant):
@@ -41,17 +56,19 @@ def render(input_path, out_path):
     UserError: the file is missing, not JSON, not an approx_error result, or
       lacks the columns above.
   """
+  figure_format(out_path)  # a wrong extension fails first
   _, rows = load_rows(input_path, "approx_error", REQUIRED)
   check_figure_path(out_path)  # before drawing, not after
   scales = sorted({r["input_scale"] for r in rows})
-  fig, axes = plt.subplots(len(scales), 2, figsize=(11, 3.6 * len(scales)), squeeze=False)
+  fig, axes = plt.subplots(len(scales), 2, figsize=(14, 3.6 * len(scales)), squeeze=False,
+                           layout="constrained")
   for row_axes, scale in zip(axes, scales):
     at_scale = [r for r in rows if r["input_scale"] == scale]
     variants = sorted({(r["kernel"], r["projection"], r["scaling"]) for r in at_scale})
-    for panel, (ax, title) in enumerate(((row_axes[0], "Orthogonal vs IID"),
-                                         (row_axes[1], "Positive vs trig features"))):
-      # ORF curves (chi) appear in both panels, as the reference of each.
-      shown = [v for v in variants if _panel(v) == panel or (v[1:] == ("orthogonal", "chi"))]
+    kernels, suffix = _kernel_panel(variants)
+    projections = [v for v in variants if v[2] == "chi"]
+    for ax, title, shown in ((row_axes[0], "Orthogonal vs IID", projections),
+                             (row_axes[1], "Positive vs trig features" + suffix, kernels)):
       for variant in shown:
         curve = sorted((r for r in at_scale if (r["kernel"], r["projection"], r["scaling"]) == variant),
                        key=lambda r: r["m"])
@@ -74,13 +91,12 @@ def render(input_path, out_path):
       norms = f", |x| ~ {norm:.2f}" if isinstance(norm, (int, float)) else ""
       ax.set_title(f"{title}: input scale {scale:g}{norms}", fontsize=10)
       ax.grid(True, which="both", alpha=0.3)
-      if shown:
-        ax.legend(fontsize=7)
+      if shown:  # beside the panel: inside, it covers curves
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
   r0 = rows[0]
   samples = f"{r0['samples']} sample" + ("s" if r0["samples"] != 1 else "")
   fig.suptitle(f"FAVOR vs exact softmax attention, L={r0.get('L')}, d={r0.get('d')}, "
                f"{samples} (mean, +-1 std; hollow: median)", fontsize=11)
-  fig.tight_layout(rect=(0, 0, 1, 0.985))
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path

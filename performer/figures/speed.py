@@ -1,9 +1,13 @@
 """Fig. 3: time and peak memory against L, from a `performer speed` result file.
 
 One row of two log-log panels (time, memory) per (config, model or layer,
-direction, mode) in the file; one curve per attention, the identity
-attention (the paper's OPT, the largest possible speed-up) dashed. A series
-that ran out of memory or time says so in its legend entry. Never
+direction, mode) in the file; one curve per attention (and chunk size), the
+identity attention (the paper's OPT, the largest possible speed-up) dashed.
+A row whose results vary the chunk size (a `--chunk-sizes` study) is drawn
+against the chunk size instead (linear y axes from 0), one curve per
+(attention, L), with any attention without chunks as a flat dotted line.
+A series that ran out of memory or time says so in its legend entry; legends
+sit beside the panels, sorted by attention and then by number. Never
 recomputes anything.
 """
 
@@ -11,8 +15,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib.ticker import FixedLocator, NullLocator  # pylint: disable=wrong-import-position
 
-from performer.figures.io import check_figure_path, load_rows, save_figure  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
 REQUIRED = {"config": str, "attention": str, "direction": str, "mode": str, "L": float,
             "status": str}
@@ -22,10 +27,48 @@ TAGS = {"bidirectional": "(B)", "causal": "(U)"}
 MODES = {"fwd": "forward", "fwdbwd": "forward + backward"}
 
 
-def _label(row):
-  chunk = f", chunk {row['chunk_size']}" if row.get("chunk_size") else ""
-  name = "identity (OPT)" if row["attention"] == "identity" else row["attention"]
-  return name + chunk
+def _series(row, by_chunk):
+  """The curve a row belongs to, as a sortable key: (attention, L or chunk size)."""
+  if by_chunk:
+    return row["attention"], row["L"]
+  return row["attention"], row.get("chunk_size") or 0
+
+
+def _label(key, by_chunk):
+  attention, number = key
+  name = "identity (OPT)" if attention == "identity" else attention
+  if by_chunk:
+    return f"{name}, L={number}"
+  return name + (f", chunk {number}" if number else "")
+
+
+def _draw(ax_time, ax_mem, group, by_chunk):
+  """Plots one row of panels; returns nothing."""
+  keys = sorted({_series(r, by_chunk) for r in group})
+  attentions = [k[0] for k in keys]
+  for i, key in enumerate(keys):
+    x_of = (lambda r: r.get("chunk_size")) if by_chunk else (lambda r: r["L"])
+    curve = sorted((r for r in group if _series(r, by_chunk) == key),
+                   key=lambda r: x_of(r) or 0)
+    ok = [r for r in curve if r["status"] == "ok"]
+    failed = [r for r in curve if r["status"] != "ok"]
+    label = _label(key, by_chunk)
+    if failed:
+      where = (f"chunk {failed[0]['chunk_size']}" if by_chunk and failed[0].get("chunk_size")
+               else f"L={failed[0]['L']}")
+      label += f" ({failed[0]['status']} at {where})"
+    # One colour per curve: by attention, unless an attention has several curves.
+    unique = attentions.count(key[0]) == 1
+    style = dict(color=COLOURS.get(key[0], "C7") if unique else f"C{i % 10}", marker="o",
+                 markersize=3, linestyle="--" if key[0] == "identity" else "-", label=label)
+    memory = [r for r in ok if r.get("peak_bytes")]
+    for ax, points, value in ((ax_time, ok, lambda r: r["median_ms"] / 1e3),
+                              (ax_mem, memory, lambda r: r["peak_bytes"] / 2 ** 30)):
+      if by_chunk and not curve[0].get("chunk_size"):  # no chunks: its value at every chunk size
+        for r in points:
+          ax.axhline(value(r), **dict(style, marker=None, linestyle=":"))
+      else:
+        ax.plot([x_of(r) for r in points], [value(r) for r in points], **style)
 
 
 def render(input_path, out_path):
@@ -35,37 +78,44 @@ def render(input_path, out_path):
     UserError: the file is missing, not JSON, not a speed result, or lacks
       the columns above.
   """
+  figure_format(out_path)  # a wrong extension fails first
   record, rows = load_rows(input_path, "speed", REQUIRED)
-  check_figure_path(out_path)
+  check_figure_path(out_path)  # before drawing, not after
   groups = sorted({(r["config"], bool(r.get("layer")), r["direction"], r["mode"]) for r in rows})
-  fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)
+  fig, axes = plt.subplots(len(groups), 2, figsize=(13, 3.6 * len(groups)), squeeze=False,
+                           layout="constrained")
   device = (record.get("environment") or {}).get("device") or "?"
+  studies = []
   for (config, layer, direction, mode), (ax_time, ax_mem) in zip(groups, axes):
     group = [r for r in rows if (r["config"], bool(r.get("layer")), r["direction"], r["mode"])
              == (config, layer, direction, mode)]
-    for label in sorted({_label(r) for r in group}):
-      curve = sorted((r for r in group if _label(r) == label), key=lambda r: r["L"])
-      ok = [r for r in curve if r["status"] == "ok"]
-      failed = [r for r in curve if r["status"] != "ok"]
-      if failed:
-        label += f" ({failed[0]['status']} at L={failed[0]['L']})"
-      style = dict(color=COLOURS.get(curve[0]["attention"], "C7"), marker="o", markersize=3,
-                   linestyle="--" if curve[0]["attention"] == "identity" else "-", label=label)
-      ax_time.plot([r["L"] for r in ok], [r["median_ms"] / 1e3 for r in ok], **style)
-      memory = [r for r in ok if r.get("peak_bytes")]
-      ax_mem.plot([r["L"] for r in memory], [r["peak_bytes"] / 2 ** 30 for r in memory], **style)
+    chunks = sorted({r["chunk_size"] for r in group if r.get("chunk_size")})
+    by_chunk = len(chunks) > 1
+    studies.append(by_chunk)
+    _draw(ax_time, ax_mem, group, by_chunk)
     where = "attention layer" if layer else f"{config} model"
     title = f"{where}, {TAGS.get(direction, direction)}, {MODES.get(mode, mode)}"
     for ax, ylabel in ((ax_time, "time per step (s), median"), (ax_mem, "peak memory (GiB)")):
       ax.set_xscale("log", base=2)
       ax.set_yscale("log")
-      ax.set_xlabel("sequence length L")
+      if by_chunk:  # the measured block lengths in plain numbers; a narrow range: linear y
+        ax.xaxis.set_major_locator(FixedLocator(chunks))
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_yscale("linear")
+        ax.set_ylim(bottom=0)
+      ax.set_xlabel("chunk size (block length)" if by_chunk else "sequence length L")
       ax.set_ylabel(ylabel)
       ax.set_title(title, fontsize=10)
       ax.grid(True, which="both", alpha=0.3)
-    ax_time.legend(fontsize=7)
-  fig.suptitle(f"Speed and memory against L on {device} (batch 1; identity = OPT)", fontsize=11)
-  fig.tight_layout(rect=(0, 0, 1, 0.985))
+    # Beside the memory panel: the two panels share it, and inside it covers curves.
+    handles, labels = ax_time.get_legend_handles_labels()
+    ax_mem.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
+                  borderaxespad=0)
+  against = ("chunk size" if all(studies) else "L" if not any(studies)
+             else "L (rows with several chunk sizes: against chunk size)")
+  opt = "; identity = OPT" if any(r["attention"] == "identity" for r in rows) else ""
+  fig.suptitle(f"Speed and memory against {against} on {device} (batch 1{opt})", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path

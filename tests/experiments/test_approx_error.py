@@ -1,10 +1,12 @@
 """approx-error: rows, orderings on a small real sweep, and bad configurations."""
 
 import json
+import os
 
 import numpy as np
 import pytest
 
+from performer import cli
 from performer.errors import UserError
 from performer.experiments import approx_error
 
@@ -84,15 +86,20 @@ def test_mse_matches_an_independent_computation():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(seq_len=0), ">= 1"),
-    (dict(features=()), "non-empty"),
-    (dict(input_scales=(0.0,)), "> 0"),
+    # Messages name the command's flags, not the config's fields.
+    (dict(seq_len=0), "--seq-len must be >= 1, got 0"),
+    (dict(dim=-2), "--dim must be >= 1, got -2"),
+    (dict(samples=0), "--samples must be >= 1, got 0"),
+    (dict(features=()), "--features must be counts m >= 1"),
+    (dict(features=(8, 0)), "--features must be counts m >= 1, got 8,0"),
+    (dict(input_scales=(0.0,)), "--input-scale values must be finite and > 0, got 0"),
     (dict(input_scales=(float("nan"),)), "finite"),
-    (dict(input_scales=(1.0, 1.0004)), "must not repeat"),
-    (dict(features=(16, 16)), "must not repeat"),
-    (dict(seed=2 ** 40), "seed"),
-    (dict(variants=(("relu", "iid", "chi"),)), "not a softmax kernel"),
-    (dict(variants=(("positive", "qr", "chi"),)), "unknown projection"),
+    (dict(input_scales=(1.0, 1.0004)), "--input-scale values must not repeat"),
+    (dict(features=(16, 16)), "^--features values must not repeat$"),
+    (dict(seed=2 ** 40), "--seed"),
+    (dict(variants=(("relu", "iid", "chi"),)),
+     "not a softmax kernel; choose from positive, hyperbolic, trig$"),
+    (dict(variants=(("positive", "qr", "chi"),)), "unknown projection 'qr'; choose from iid, "),
     (dict(variants=(("positive", "iid", "unit"),)), "unknown scaling"),
     (dict(dim=12, variants=(("positive", "hadamard", "chi"),)), "power of two"),
     (dict(variants=(("positive", "iid", "chi"),) * 2), "must not repeat"),
@@ -122,3 +129,27 @@ def test_unwritable_output_fails_before_the_sweep(tmp_path):
   blocker.write_text("")
   with pytest.raises(UserError, match="cannot create folder"):
     approx_error.main(cfg, str(blocker / "sub" / "r.json"), progress=False)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+def test_an_output_folder_that_refuses_files_fails_before_the_sweep(monkeypatch):
+  # /proc exists and passes os.access for root, but no file can be made there.
+  cfg = approx_error.ApproxErrorConfig(seq_len=8, dim=4, features=(4,), samples=1,
+                                       input_scales=(1.0,))
+  monkeypatch.setattr(approx_error, "run", lambda *a, **k: pytest.fail("swept first"))
+  with pytest.raises(UserError, match="cannot write to folder /proc"):
+    approx_error.main(cfg, "/proc/approx_error.json", progress=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--samples", "0"), "--samples must be >= 1, got 0"),
+    (("--seq-len", "-8"), "--seq-len must be >= 1, got -8"),
+    (("--features", "0"), "--features must be counts m >= 1, got 0"),
+    (("--input-scale", "1,-1"), "--input-scale values must be finite and > 0, got 1,-1"),
+])
+def test_bad_flags_are_one_line_errors_naming_the_flag(args, message, tmp_path, capsys,
+                                                       monkeypatch):
+  monkeypatch.setattr(approx_error, "run", lambda *a, **k: pytest.fail("swept"))
+  assert cli.main(["approx-error", *args, "--out", str(tmp_path / "a.json")]) == 2
+  assert capsys.readouterr().err == f"performer approx-error: error: {message}\n"
+  assert not list(tmp_path.iterdir())

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from performer.errors import UserError
+from performer import memory
 from performer.experiments import speed
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -65,9 +67,11 @@ def test_layer_only_times_the_scan_reference_and_matches_rows_to_flags(tmp_path)
 def test_measured_peak_memory_agrees_with_xla_buffer_plan():
   # Inputs + outputs + temporaries, read from the resident set on CPU: an
   # independent reading of what XLA's buffer assignment says it needs (the
-  # runtime adds ~12 MB of its own, results/README.md).
+  # runtime adds ~12 MB of its own, results/README.md). Bidirectional: the
+  # causal pass's plan also holds its exact path's buffers, which a run that
+  # never takes it never touches (the resident set stays ~12% below the plan).
   cfg = speed.SpeedConfig(configs=("regular",), attentions=("performer_softmax",),
-                          directions=("causal",), modes=("fwdbwd",), seq_lens=(4096,),
+                          directions=("bidirectional",), modes=("fwdbwd",), seq_lens=(4096,),
                           layer=True, repeats=1)
   (row,), _ = speed.run(cfg, progress=False, log=lambda s: None)
   assert row["status"] == "ok" and row["memory_source"] == "process_rss"
@@ -81,7 +85,7 @@ def test_memory_cap_gives_oom_rows_and_stops_the_series():
   logged = []
   rows, _ = speed.run(cfg, progress=False, log=logged.append)
   assert len(rows) == 1, rows  # longer L are not attempted
-  assert rows[0]["status"] == "oom" and "memory cap" in rows[0]["detail"]
+  assert rows[0]["status"] == "oom" and rows[0]["detail"].endswith("than the 1.0 KiB memory cap")
   assert "median_ms" not in rows[0]
   assert "oom" in logged[0] and "skipped" in logged[0]
 
@@ -154,19 +158,46 @@ def test_crossover_needs_performer_faster_at_every_longer_length():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--attention", "nope"), "unknown attention 'nope'"),
+    (("--attention", "nope"), "unknown attention 'nope'; choose from exact, performer_softmax, "
+                              "performer_relu, identity"),
     (("--attention", "favor_scan"), "--layer-only"),
-    (("--config", "huge"), "unknown config 'huge'"),
-    (("--direction", "both"), "unknown direction"),
+    (("--config", "huge"), "unknown config 'huge'; choose from regular, small"),
+    (("--direction", "both"), "unknown direction 'both'; choose from bidirectional, causal"),
+    (("--mode", "bwd"), "unknown mode 'bwd'; choose from fwd, fwdbwd"),
     (("--mode", ""), "give at least one mode"),
     (("--repeats", "0"), "--repeats must be >= 1"),
-    (("--time-cap", "-1"), "--time-cap must be > 0"),
+    (("--time-cap", "-1"), "--time-cap must be a finite number of seconds > 0"),
+    (("--time-cap", "0"), "--time-cap must be a finite number of seconds > 0"),
+    (("--time-cap", "inf"), "--time-cap must be a finite number of seconds > 0, got inf"),
     (("--seq-lens", "0"), "sequence lengths must be >= 1"),
-    (("--memory-cap", "lots"), "a size such as 512M"),
+    (("--memory-cap", "lots"), "a positive size such as 512M"),
+    (("--memory-cap", "0"), "a positive size such as 512M"),
+    (("--memory-cap", "inf"), "a positive size such as 512M"),
     (("--out", "/proc/nope/x.json"), "cannot"),
+    (("--out", "/proc/x.json"), "cannot write to folder /proc"),  # os.access passes as root
+    # Selections that measure nothing, or flags that would be ignored:
+    (("--layer-only", "--attention", "favor_scan", "--direction", "bidirectional"),
+     "this selection measures nothing: favor_scan runs causal only"),
+    (("--attention", "exact,identity", "--chunk-sizes", "64"),
+     "--chunk-sizes applies to the performer_* attentions; none is selected"),
 ])
-def test_bad_flags_are_one_line_errors(args, message):
-  result = _cli(*args)
-  assert result.returncode == 2
+def test_bad_flags_are_one_line_errors(args, message, tmp_path):
+  # --seq-lens 16 --config small: anything that got past the checks would finish fast.
+  result = _cli("--seq-lens", "16", "--config", "small", "--out", str(tmp_path / "s.json"), *args)
+  assert result.returncode == 2, result.stdout
   assert "Traceback" not in result.stderr
   assert message in result.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "s.json").exists()
+
+
+def test_nothing_is_measured_before_the_output_is_checked(monkeypatch):
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("exact",), directions=("causal",),
+                          modes=("fwd",), seq_lens=(16,), repeats=1)
+  monkeypatch.setattr(speed, "run", lambda *a, **k: pytest.fail("measured first"))
+  with pytest.raises(UserError, match="cannot write to folder /proc"):
+    speed.main(cfg, "/proc/speed.json", progress=False)
+
+
+def test_sizes_are_printed_with_a_unit_that_fits():
+  assert [memory.format_bytes(n) for n in (0, 512, 1024, 1536 * 2 ** 10, 20.2 * 2 ** 30)] == [
+      "0 B", "512 B", "1.0 KiB", "1.5 MiB", "20.20 GiB"]

@@ -1,12 +1,14 @@
 """mse-vs-m figure: renders from a small JSON fixture; bad inputs are user errors."""
 
 import json
+import os
 
 import matplotlib.image
 import pytest
 
-from performer import figures
+from performer import cli, figures
 from performer.errors import UserError
+from performer.figures import mse_vs_m
 
 
 def _row(kernel, kind, scaling, m, scale, mse):
@@ -36,7 +38,8 @@ def test_renders_a_png_with_one_row_per_scale(tmp_path):
 @pytest.mark.parametrize("content, match", [
     (None, "no such file"),
     ("{not json", "not a JSON result"),
-    ({"experiment": "speed", "rows": [{}]}, "expected an approx_error result"),
+    ({"experiment": "speed", "rows": [{}]},
+     "expected a result file of experiment 'approx_error', found 'speed'"),
     ({"experiment": "approx_error", "rows": []}, "no rows"),
     ({"experiment": "approx_error", "rows": [{"kernel": "positive"}]}, "row 0 lacks"),
     ({"experiment": "approx_error", "rows": [{**_row("positive", "iid", "chi", 4, 1.0, 1e-3),
@@ -64,3 +67,79 @@ def test_output_paths(tmp_path):
     with pytest.raises(UserError, match=match):
       figures.render("mse-vs-m", src, str(bad))
   assert sorted(p.name for p in tmp_path.iterdir()) == ["f.svg", "noext", "r.json"]
+
+
+def _drawn(monkeypatch, src, tmp_path):
+  """Renders and returns the matplotlib figure, drawn (so that legends have their places)."""
+  drawn = []
+  monkeypatch.setattr(mse_vs_m, "save_figure", lambda fig, out: drawn.append(fig))
+  monkeypatch.setattr(mse_vs_m.plt, "close", lambda fig: None)
+  figures.render("mse-vs-m", src, str(tmp_path / "f.png"))
+  (fig,) = drawn
+  fig.canvas.draw()
+  return fig
+
+
+def test_kernel_panel_shows_trig_whatever_its_projection(tmp_path, monkeypatch):
+  # trig only with iid projections: the right panel used to keep ORF curves alone.
+  rows = [_row(k, p, s, m, 1.0, 1e-3 / m)
+          for k, p, s in (("positive", "orthogonal", "chi"), ("trig", "iid", "chi"),
+                          ("positive", "orthogonal", "sqrt_d"))
+          for m in (4, 8)]
+  src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
+  left, right = _drawn(monkeypatch, src, tmp_path).axes
+  labels = lambda ax: [t.get_text() for t in ax.get_legend().get_texts()]
+  assert labels(left) == ["positive, ORF", "trig, IID"]
+  assert labels(right) == ["positive, ORF", "positive, ORF, SMREG (|w| = sqrt(d))", "trig, IID"]
+  assert "projections as labelled" in right.get_title()
+  # With ORF for every kernel, the right panel compares ORF curves and says so.
+  rows += [_row("trig", "orthogonal", "chi", m, 1.0, 1e-4 / m) for m in (4, 8)]
+  src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
+  _, right = _drawn(monkeypatch, src, tmp_path).axes
+  assert "trig, ORF" in labels(right) and "trig, IID" not in labels(right)
+  assert "features (ORF)" in right.get_title()
+
+
+def test_legends_do_not_cover_the_curves(tmp_path, monkeypatch):
+  rows = [_row(k, p, "chi", m, 1.0, 1e-3 / m) for k in ("positive", "trig", "hyperbolic")
+          for p in ("orthogonal", "iid") for m in (4, 8, 16)]
+  src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
+  fig = _drawn(monkeypatch, src, tmp_path)
+  renderer = fig.canvas.get_renderer()
+  for ax in fig.axes:
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+  # ... and stay inside the image.
+  width, height = fig.canvas.get_width_height()
+  assert all(0 <= ax.get_legend().get_window_extent(renderer).x1 <= width for ax in fig.axes)
+
+
+def test_cli_default_output_goes_beside_the_input(tmp_path, monkeypatch):
+  # Following approx-error's hint on a small run must not touch results/.
+  rows = [_row("positive", "iid", "chi", m, 1.0, 1e-3 / m) for m in (4, 8)]
+  src = _write(tmp_path / "small.json", {"experiment": "approx_error", "rows": rows})
+  monkeypatch.chdir(tmp_path)
+  assert cli.main(["figure", "mse-vs-m", "--input", src]) == 0
+  assert (tmp_path / "small_mse_vs_m.png").read_bytes()[:4] == b"\x89PNG"
+  assert not (tmp_path / "results").exists()
+  # Without --input: what approx-error writes by default, never the committed results/.
+  defaults = cli._parser().parse_args(["approx-error"])
+  assert figures.INPUTS["mse-vs-m"] == defaults.out == "runs/approx_error.json"
+  assert cli._parser().parse_args(["speed"]).out == figures.INPUTS["speed"] == "runs/speed.json"
+  assert figures.default_out("speed", "runs/speed.json") == "runs/speed_speed.png"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+def test_unwritable_output_fails_before_drawing(tmp_path, monkeypatch):
+  rows = [_row("positive", "iid", "chi", m, 1.0, 1e-3 / m) for m in (4, 8)]
+  src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
+  monkeypatch.setattr(mse_vs_m.plt, "subplots", lambda *a, **k: pytest.fail("drew first"))
+  with pytest.raises(UserError, match="cannot write to folder /proc"):  # even as root
+    figures.render("mse-vs-m", src, "/proc/fig.png")
+  # A wrong extension fails even before the input is read; a missing input
+  # before any output folder is made.
+  with pytest.raises(UserError, match="cannot write .txt"):
+    figures.render("mse-vs-m", str(tmp_path / "missing.json"), str(tmp_path / "f.txt"))
+  with pytest.raises(UserError, match="no such file"):
+    figures.render("mse-vs-m", str(tmp_path / "missing.json"), str(tmp_path / "new" / "f.png"))
+  assert not (tmp_path / "new").exists()
