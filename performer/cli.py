@@ -50,12 +50,16 @@ def _bytes(text):
   if number and number[-1] in units:
     number, unit = number[:-1], number[-1]
   try:
-    return int(float(number) * units[unit])
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a size such as 512M or 20G, got {text!r}") from None
+    size = int(float(number) * units[unit])
+  except (ValueError, OverflowError):  # OverflowError: inf
+    size = None
+  if size is None or size < 1:
+    raise argparse.ArgumentTypeError(f"expected a positive size such as 512M or 20G, got {text!r}")
+  return size
 
 
 def _speed(args):
+  from performer import memory  # pylint: disable=import-outside-toplevel
   from performer.experiments import speed  # pylint: disable=import-outside-toplevel
   cfg = speed.SpeedConfig(
       configs=args.config, attentions=args.attention, directions=args.direction,
@@ -67,7 +71,8 @@ def _speed(args):
     where = "layer" if row["layer"] else "model"
     chunk = f" chunk={row['chunk_size']}" if row.get("chunk_size") else ""
     timing = (f"{row['median_ms']:10.1f} ms  (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}; "
-              f"compile {row['compile_s']:.1f} s; peak {row['peak_bytes'] / 2**20:,.0f} MiB)"
+              f"compile {row['compile_s']:.1f} s; "
+              f"peak {memory.format_bytes(row['peak_bytes'])})"
               if row["status"] == "ok" else row["status"])
     print(f"{row['config']:8} {where} {row['attention']:18} {row['direction']:13} "
           f"{row['mode']:6} L={row['L']:<6}{chunk} {timing}")
@@ -95,7 +100,8 @@ def _prepare_trembl(args):
   out = args.out or ("runs/data/trembl-sample" if args.sample else None)
   if out is None:
     raise UserError("--out is required (the folder to write)")
-  trembl.prepare(cfg, out, workers=args.workers, force=args.force)
+  trembl.prepare(cfg, out, workers=args.workers, force=args.force,
+                 allow_nucleotide=args.allow_nucleotide)
   with open(os.path.join(out, "stats.md")) as f:
     print(f.read().rstrip())
 
@@ -109,9 +115,10 @@ def _prepare_pg19(args):
                                 os.path.join(samples.cache_dir(), "samples", "pg19-botchan"))
   else:
     source = "tfds" if args.tfds else args.source
-  vocab_size = args.vocab_size or (2000 if args.sample else 32768)
+  vocab_size = args.vocab_size if args.vocab_size is not None else (2000 if args.sample else 32768)
   cfg = pg19.PG19Config(source=source, vocab_size=vocab_size, train_bytes=args.train_bytes,
-                        seed=args.seed, shard_tokens=args.shard_tokens)
+                        seed=args.seed, shard_tokens=args.shard_tokens,
+                        skip_bad_books=args.skip_bad_books)
   out = args.out or ("runs/data/pg19-sample" if args.sample else None)
   if out is None:
     raise UserError("--out is required (the folder to write)")
@@ -122,13 +129,7 @@ def _prepare_pg19(args):
 
 def _gin(files, bindings):
   from performer import configurables  # pylint: disable=import-outside-toplevel
-  for path in files:
-    if not os.path.exists(path):
-      raise UserError(f"{path}: no such gin file")
-  try:
-    configurables.parse(files, bindings)
-  except (ValueError, KeyError, SyntaxError) as e:
-    raise UserError(f"gin: {str(e).splitlines()[0]}") from None
+  configurables.parse(files, bindings)  # UserError names a bad file or binding
 
 
 def _train(args):
@@ -153,8 +154,9 @@ def _processes():
 
 def _figure(args):
   from performer import figures  # pylint: disable=import-outside-toplevel
-  out = args.out or f"results/{args.name.replace('-', '_')}.png"
-  figures.render(args.name, args.input or figures.INPUTS[args.name], out)
+  source = args.input or figures.INPUTS[args.name]
+  out = args.out or figures.default_out(args.name, source)
+  figures.render(args.name, source, out)
   print(f"wrote {out}")
 
 
@@ -183,7 +185,9 @@ def _parser():
                  help="comma-separated kernel/projection/scaling triples, e.g. "
                       "positive/orthogonal/chi,trig/iid/chi (default: the paper's curves, "
                       "hyperbolic, SMREG, H-ORF and G-ORF)")
-  p.add_argument("--out", default="results/approx_error.json", help="output JSON file")
+  p.add_argument("--out", default="runs/approx_error.json",
+                 help="output JSON file (default runs/approx_error.json; the committed one is "
+                      "results/approx_error.json)")
   p.set_defaults(func=_approx_error)
 
   p = sub.add_parser(
@@ -231,7 +235,8 @@ def _parser():
   p.add_argument("--profile", default=None, metavar="DIR",
                  help="also trace 3 extra runs of each configuration with jax.profiler into "
                       "DIR/<configuration>/ and store its top XLA operations in the row")
-  p.add_argument("--out", default="results/speed.json", help="output JSON (default results/speed.json)")
+  p.add_argument("--out", default="runs/speed.json",
+                 help="output JSON (default runs/speed.json; scripts/speed.sh writes results/)")
   p.set_defaults(func=_speed)
 
   p = sub.add_parser(
@@ -269,6 +274,9 @@ def _parser():
   p.add_argument("--shard-tokens", type=int, default=1 << 26,
                  help="tokens per shard file (default 2^26)")
   p.add_argument("--workers", type=int, default=None, help="parsing processes (default: cores)")
+  p.add_argument("--allow-nucleotide", action="store_true",
+                 help="accept input whose residues are over 90%% A, C, G, T, U or N (by default "
+                      "taken for DNA/RNA and refused)")
   p.add_argument("--force", action="store_true", help="replace an --out holding another dataset")
   p.set_defaults(func=_prepare_trembl)
 
@@ -291,6 +299,9 @@ def _parser():
                  help="bytes of train text sampled to train SentencePiece (default 1e8)")
   p.add_argument("--seed", type=int, default=0, help="seed of the training-text sample")
   p.add_argument("--shard-tokens", type=int, default=1 << 26, help="tokens per shard file")
+  p.add_argument("--skip-bad-books", action="store_true",
+                 help="skip books that are not UTF-8 text, with a warning and their count in "
+                      "stats.json (default: stop with an error naming the book)")
   p.add_argument("--force", action="store_true", help="replace an --out holding another dataset")
   p.set_defaults(func=_prepare_pg19)
 
@@ -298,17 +309,20 @@ def _parser():
       "train", help="train a language model from gin configs (resumes a workdir)",
       description="Trains the model the gin files describe (see gin/ and gin/mini/). TensorBoard "
                   "events, metrics.jsonl, checkpoints and the operative config go to --workdir; "
-                  "running again on the same workdir resumes from its latest checkpoint.")
+                  "running again on the same workdir resumes from its latest checkpoint. Ctrl-C "
+                  "saves a checkpoint after the current step, then stops.")
   p.add_argument("--gin", action="append", required=True, help="gin config file (repeatable)")
   p.add_argument("--gin_param", action="append", default=[],
                  help="extra gin binding NAME=VALUE, e.g. TrainConfig.steps=500 (repeatable)")
   p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
   p.set_defaults(func=_train)
 
-  p = sub.add_parser("eval", help="evaluate a trained workdir on a split (writes eval.json)",
+  p = sub.add_parser("eval", help="evaluate a trained workdir on a split (writes eval_SPLIT.json)",
                      description="Restores the latest checkpoint of --workdir and reports loss, "
-                                 "accuracy, perplexity and bits per token on --split; for protein "
-                                 "data also the empirical amino-acid frequency baseline (Table 2).")
+                                 "accuracy, perplexity and bits per token on --split (per token; "
+                                 "PG-19 adds word_perplexity); for protein data also the "
+                                 "empirical amino-acid frequency baseline (Table 2). Writes "
+                                 "--workdir/eval_SPLIT.json, one file per split.")
   p.add_argument("--workdir", required=True, help="a `performer train` workdir")
   p.add_argument("--split", default="test", choices=("valid", "test", "ood"), help="default test")
   p.set_defaults(func=_eval)
@@ -316,10 +330,13 @@ def _parser():
   p = sub.add_parser("figure", help="draw a paper figure from result files",
                      description="Renders a figure from a result file without recomputing it.")
   p.add_argument("name", choices=sorted(FIGURES), help="which figure")
-  p.add_argument("--input", default=None, help="result JSON to read (default: results/"
-                                                "approx_error.json for mse-vs-m, results/"
+  p.add_argument("--input", default=None, help="result JSON to read (default: what the "
+                                                "experiment writes by default, runs/"
+                                                "approx_error.json for mse-vs-m, runs/"
                                                 "speed.json for speed)")
-  p.add_argument("--out", default=None, help="output PNG (default results/<name>.png)")
+  p.add_argument("--out", default=None,
+                 help="output image; its extension names the format (default: beside the "
+                      "input, <input stem>_<name>.png, e.g. runs/speed_speed.png)")
   p.set_defaults(func=_figure)
 
   return parser

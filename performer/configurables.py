@@ -4,11 +4,15 @@ Library code never imports gin. A gin file binds fields, e.g.
 `ModelConfig.attention = 'performer_relu'`; an unknown name or field is an error.
 """
 
+import ast
+import logging
 import os
+import re
 
 import gin
 
 from performer.data.pipeline import DataConfig
+from performer.errors import UserError
 from performer.models.config import ModelConfig
 from performer.train.config import OptimConfig, TrainConfig
 
@@ -26,9 +30,55 @@ gin.add_config_file_search_path(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def parse(files, bindings):
-  """Parses gin files and NAME=VALUE bindings (raises ValueError naming what is wrong)."""
+  """Parses gin files and NAME=VALUE bindings.
+
+  Raises:
+    UserError: a missing gin file (or a folder), one that includes a missing
+      file, an unknown name, or a malformed value (an unquoted string gets
+      the binding with quotes).
+  """
+  for path in files:
+    if os.path.isdir(path):
+      raise UserError(f"{path} is a folder, not a gin file")
+    if not os.path.isfile(path):
+      raise UserError(f"{path}: no such gin file")
   gin.clear_config()
-  gin.parse_config_files_and_bindings(files, bindings)
+  try:
+    logging.disable(logging.ERROR)  # gin logs a missing include before raising it below
+    gin.parse_config_files_and_bindings(files, bindings)
+  except (OSError, ValueError, KeyError, SyntaxError) as e:
+    for binding in bindings:
+      name, _, value = (part.strip() for part in binding.partition("="))
+      if _unquoted(value):
+        raise UserError(f"gin: {binding}: strings need quotes, as in {name}={value!r}") from None
+    lines = [line.strip() for line in str(e).strip().splitlines()]
+    where = next((f" ({line})" for line in lines[1:] if line.startswith("In file")), "")
+    raise UserError(f"gin: {lines[0]}{where}") from None
+  finally:
+    logging.disable(logging.NOTSET)
+
+
+def _unquoted(value):
+  """Whether a binding's value is a bare word or path that gin cannot read, e.g. concat."""
+  if not re.fullmatch(r"[\w.~/-]+", value) or value in ("True", "False", "None"):
+    return False
+  try:
+    ast.literal_eval(value)  # a number
+    return False
+  except (ValueError, SyntaxError):
+    return True
+
+
+def resolve_paths():
+  """Rebinds DataConfig.path and TrainConfig.init_from as absolute paths (from this folder).
+
+  Called when a run starts, so that the config.gin it records works from any folder.
+  """
+  for name, field in (("DataConfig", "path"), ("TrainConfig", "init_from")):
+    value = getattr(build(name), field)
+    if value and not os.path.isabs(value):
+      with gin.unlock_config():
+        gin.bind_parameter(f"{name}.{field}", os.path.abspath(value))
 
 
 def operative_config():

@@ -12,7 +12,7 @@ run=runs/quickstart/trembl_u_performer_relu
 .venv/bin/performer prepare-trembl --sample --out runs/data/trembl-sample
 .venv/bin/performer train --gin gin/mini/trembl_u_performer_relu.gin --workdir "$run"
 .venv/bin/performer eval --workdir "$run" --split test > /dev/null
-.venv/bin/python - "$run/eval.json" <<'PY'
+.venv/bin/python - "$run/eval_test.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"test (step {r['step']}, {r['tokens']} tokens): accuracy {100 * r['accuracy']:.2f}% "
@@ -23,4 +23,4 @@ print("the model beats the empirical-frequency baseline" if beats else
       "WARNING: the model does not beat the empirical-frequency baseline")
 sys.exit(0 if beats else 1)
 PY
-echo "outputs: $run/ (tensorboard/, metrics.jsonl, checkpoints/, config.gin, eval.json)"
+echo "outputs: $run/ (tensorboard/, metrics.jsonl, checkpoints/, config.gin, eval_test.json)"

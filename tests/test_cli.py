@@ -23,7 +23,7 @@ def test_help_lists_every_subcommand():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("approx-error", "--seq-len", "0"), "seq_len, dim and samples must be >= 1"),
+    (("approx-error", "--seq-len", "0"), "--seq-len must be >= 1"),
     (("approx-error", "--features", "8,x"), "comma-separated integers"),
     (("approx-error", "--dim", "12", "--variants", "positive/hadamard/chi"), "power of two"),
     (("approx-error", "--variants", "positive"), "kernel/projection/scaling"),
@@ -40,6 +40,11 @@ def test_help_lists_every_subcommand():
     (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--gin_param",
       "DataConfig.path='/nonexistent'", "--workdir", "/tmp/x"), "no prepared dataset"),
     (("train", "--gin", "gin/nope.gin", "--workdir", "/tmp/x"), "no such gin file"),
+    (("train", "--gin", "gin", "--workdir", "/tmp/x"), "gin is a folder, not a gin file"),
+    (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--workdir", "pyproject.toml"),
+     "--workdir pyproject.toml is a file, not a folder"),
+    (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--gin_param", "DataConfig.task=concat",
+      "--workdir", "/tmp/x"), "strings need quotes, as in DataConfig.task='concat'"),
     (("prepare-pg19", "/nonexistent", "--out", "/tmp/x"), "no such folder"),
 ])
 def test_user_errors_are_one_line_with_nonzero_exit(args, message):
@@ -47,6 +52,16 @@ def test_user_errors_are_one_line_with_nonzero_exit(args, message):
   assert result.returncode == 2
   assert "Traceback" not in result.stderr
   assert message in result.stderr.strip().splitlines()[-1]  # after argparse's usage lines
+
+
+def test_a_gin_file_including_a_missing_file_is_a_one_line_error(tmp_path):
+  (tmp_path / "a.gin").write_text("include 'gin/missing.gin'\n")
+  result = _run("train", "--gin", str(tmp_path / "a.gin"), "--workdir", str(tmp_path / "w"))
+  assert result.returncode == 2 and "Traceback" not in result.stderr
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gin's search path
+  assert result.stderr.strip().splitlines() == [
+      "performer train: error: gin: Unable to open file: gin/missing.gin. Searched config paths: "
+      f"['', '{root}']. (In file \"{tmp_path / 'a.gin'}\", line 1)"]
 
 
 def test_tiny_approx_error_run_and_figure(tmp_path):

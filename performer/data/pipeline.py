@@ -21,32 +21,76 @@ import grain.python as grain
 import numpy as np
 
 from performer.data import vocab
+from performer.data.masking import MLM
 from performer.data.shards import TokenShards, Windows
 from performer.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Which prepared dataset to read and how to batch it."""
+  """Which prepared dataset to read, how to batch it and, for (B), how to corrupt it.
+
+  mlm_rate is the share of real positions the masked LM is scored on; of
+  those, mlm_mask become the mask token, mlm_random a random token, and the
+  rest stay unchanged (App. A.1: 15%, 80/10/10).
+
+  Raises:
+    ValueError (when built): a size below 1 or proportions out of range.
+  """
   path: str = "runs/data/trembl-sample"
   task: str = "single"  # TrEMBL: single or concat; PG-19 datasets have one task
   seq_len: int = 1024
   batch_size: int = 8
   seed: int = 0
+  mlm_rate: float = 0.15
+  mlm_mask: float = 0.8
+  mlm_random: float = 0.1
+
+  def __post_init__(self):
+    if not self.path:
+      raise ValueError("DataConfig.path is empty: give a prepared dataset folder")
+    for name in ("seq_len", "batch_size"):
+      if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+        raise ValueError(f"DataConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+    if not 0 < self.mlm_rate <= 1:
+      raise ValueError(f"DataConfig.mlm_rate must be in (0, 1], got {self.mlm_rate!r}")
+    if not (0 <= self.mlm_mask <= 1 and 0 <= self.mlm_random <= 1
+            and self.mlm_mask + self.mlm_random <= 1):
+      raise ValueError(f"DataConfig.mlm_mask and mlm_random must be >= 0 with a sum <= 1, got "
+                       f"{self.mlm_mask!r} and {self.mlm_random!r}")
+
+  @property
+  def mlm(self):
+    """The corruption proportions as masking.MLM (hashable: a static jit argument)."""
+    return MLM(rate=self.mlm_rate, mask=self.mlm_mask, random=self.mlm_random)
+
+
+def _manifest(cfg):
+  """The dataset's manifest.json; UserError when cfg.path holds no prepared dataset."""
+  try:
+    with open(os.path.join(cfg.path, "manifest.json")) as f:
+      return json.load(f)
+  except (FileNotFoundError, NotADirectoryError):
+    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl or "
+                    "prepare-pg19 first)") from None
+
+
+def _kind(cfg):
+  """'trembl' or 'pg19'."""
+  return _manifest(cfg)["fingerprint"]["kind"]
 
 
 def split_folder(cfg, split):
   """The shard folder of `split` (train, valid, test, ood) of the dataset at cfg.path.
 
   Raises:
-    UserError: no prepared dataset there, or no such split.
+    UserError: no prepared dataset there, an unknown task, or no such split.
   """
-  try:
-    with open(os.path.join(cfg.path, "manifest.json")) as f:
-      manifest = json.load(f)
-  except FileNotFoundError:
-    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl or "
-                    "prepare-pg19 first)") from None
+  manifest = _manifest(cfg)
+  tasks = manifest.get("tasks", ["single"])  # PG-19: one task, read as windows of seq_len
+  if cfg.task not in tasks:
+    raise UserError(f"unknown DataConfig.task {cfg.task!r}: the dataset at {cfg.path} has "
+                    f"{', '.join(repr(t) for t in tasks)}")
   kind = manifest["fingerprint"]["kind"]
   folder = os.path.join(cfg.path, cfg.task, split) if kind == "trembl" else os.path.join(cfg.path, split)
   if split not in manifest["splits"] or not os.path.isdir(folder):
@@ -55,20 +99,14 @@ def split_folder(cfg, split):
 
 
 def multiplier(cfg, split):
-  """Word-level log-likelihood multiplier of `split` (PG-19; 1 for other data)."""
+  """Word-level log-likelihood multiplier of `split` for PG-19 (App. A.1.1); None for other data.
+
+  exp(multiplier * per-token loss) is the word-level perplexity.
+  """
+  if _kind(cfg) != "pg19":
+    return None
   with open(os.path.join(cfg.path, "stats.json")) as f:
-    stats = json.load(f)
-  return stats["splits"][split]["multiplier"] if _kind(cfg) == "pg19" else 1.0
-
-
-def _kind(cfg):
-  """'trembl' or 'pg19'; UserError when cfg.path holds no prepared dataset."""
-  try:
-    with open(os.path.join(cfg.path, "manifest.json")) as f:
-      return json.load(f)["fingerprint"]["kind"]
-  except FileNotFoundError:
-    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl or "
-                    "prepare-pg19 first)") from None
+    return json.load(f)["splits"][split]["multiplier"]
 
 
 def vocab_info(cfg):

@@ -5,6 +5,10 @@ reseeded from (seed, step), so restoring a step resumes the run exactly. RNG
 stream state is not saved for that reason.
 """
 
+import contextlib
+import os
+import sys
+
 import jax
 import orbax.checkpoint as ocp
 from flax import nnx
@@ -15,40 +19,58 @@ SAVED = nnx.Not(nnx.RngState)
 
 
 class Checkpoints:
-  """Saves and restores (model, optimizer) under workdir/checkpoints."""
+  """Saves and restores (model, optimizer) in a workdir's checkpoints/ folder.
 
-  def __init__(self, directory, *, max_to_keep=3):
+  A context manager: leaving the block closes the orbax manager, also on an
+  error (an open one ends the process with asyncio tracebacks).
+  create=False opens an existing folder without writing to it (the source
+  of TrainConfig.init_from).
+  """
+
+  def __init__(self, directory, *, max_to_keep=3, create=True):
+    self.directory = directory
     self.manager = ocp.CheckpointManager(
-        directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                                        enable_async_checkpointing=False))
+        directory, item_handlers={"state": ocp.StandardCheckpointHandler(),
+                                  "meta": ocp.JsonCheckpointHandler()},
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create,
+                                             enable_async_checkpointing=False))
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
 
   def latest_step(self):
     return self.manager.latest_step()
 
   def save(self, step, model, optimizer, meta):
     """Writes checkpoint `step` (orbax writes to a temporary folder and renames it)."""
-    state = {"model": nnx.to_pure_dict(nnx.state(model, SAVED)),
-             "optimizer": nnx.to_pure_dict(nnx.state(optimizer))}
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    meta=ocp.args.JsonSave(meta)))
+    self.manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(_state(model, optimizer)), meta=ocp.args.JsonSave(meta)))
     self.manager.wait_until_finished()
 
   def restore(self, step, model, optimizer):
     """Loads checkpoint `step` into model and optimizer; returns its meta dict.
 
     Raises:
-      UserError: the checkpoint was saved with another model or optimizer.
+      UserError: the checkpoint was saved with another model or optimizer
+        (naming the first array that differs), or its files are damaged.
     """
-    target = {"model": nnx.to_pure_dict(nnx.state(model, SAVED)),
-              "optimizer": nnx.to_pure_dict(nnx.state(optimizer))}
+    target = _state(model, optimizer)
+    differences = list(_differences(target, self._stored(step)))
+    if differences:
+      more = f"; and {len(differences) - 1} more" if len(differences) > 1 else ""
+      raise UserError(f"checkpoint {step} in {self.directory} does not fit this configuration "
+                      f"(model or optimizer changed since it was saved): {differences[0]}{more}. "
+                      f"Use another --workdir, or the configuration in its config.gin")
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
     try:
-      restored = self.manager.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-    except ValueError as e:
-      raise UserError(f"checkpoint {step} in {self.manager.directory} does not fit this "
-                      f"configuration (model or optimizer changed since it was saved): "
-                      f"{str(e).splitlines()[0][:200]}") from None
+      with _quiet_late_reads():
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._damaged(step, e) from None  # the shapes fit: the files are at fault
     for obj, key in ((model, "model"), (optimizer, "optimizer")):
       state = nnx.state(obj, SAVED) if key == "model" else nnx.state(obj)
       nnx.replace_by_pure_dict(state, restored["state"][key])
@@ -65,31 +87,100 @@ class Checkpoints:
       The step loaded.
 
     Raises:
-      UserError: no checkpoint, or parameters that do not match the model.
+      UserError: no checkpoint, parameters that do not match the model, or
+        damaged files.
     """
     step = self.latest_step()
     if step is None:
-      raise UserError(f"{self.manager.directory}: no checkpoint to initialise from")
-    restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-    source = restored["state"]["model"]
+      raise UserError(f"{self.directory}: no checkpoint to initialise from")
     target = nnx.state(model, nnx.Param)
     wanted = nnx.to_pure_dict(target)
-
-    def copy(want, have, path):
-      if isinstance(want, dict):
-        if not isinstance(have, dict):
-          raise UserError(f"checkpoint has no parameters at {path or 'the root'}")
-        # orbax stores list indices (the blocks) as strings
-        return {k: copy(v, have.get(k, have.get(str(k))), f"{path}/{k}") for k, v in want.items()}
-      if have is None or tuple(have.shape) != tuple(want.shape):
-        raise UserError(f"parameter {path}: the checkpoint has "
-                        f"{None if have is None else tuple(have.shape)}, the model "
-                        f"{tuple(want.shape)}; only the attention may differ")
-      return have
-
-    nnx.replace_by_pure_dict(target, copy(wanted, source, ""))
+    # Extra source arrays (another attention's, the optimizer's) are fine.
+    differences = list(_differences(wanted, self._stored(step).get("model"), "model",
+                                    extra=False))
+    if differences:
+      raise UserError(f"{self.directory} step {step}: {differences[0]}; only the attention "
+                      f"may differ")
+    try:
+      with _quiet_late_reads():
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore()))
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._damaged(step, e) from None
+    nnx.replace_by_pure_dict(target, _subtree(wanted, restored["state"]["model"]))
     nnx.update(model, target)
     return step
 
   def close(self):
     self.manager.close()
+
+  def _stored(self, step):
+    """The nested dict of array metadata (shape, dtype) that checkpoint `step` holds."""
+    try:
+      return self.manager.item_metadata(step)["state"].tree
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._damaged(step, e) from None
+
+  def _damaged(self, step, error):
+    while error.__cause__ or error.__context__:  # the innermost error names the file
+      error = error.__cause__ or error.__context__
+    earlier = [s for s in self.manager.all_steps() if s < step]
+    then = (f"delete that folder to resume from checkpoint {max(earlier)}" if earlier
+            else "delete that folder to start afresh")
+    detail = str(error).splitlines()[0].split(" [tensorstore_spec=")[0]  # not its long spec
+    return UserError(f"checkpoint {step} is damaged ({os.path.join(self.directory, str(step))}: "
+                     f"{type(error).__name__}: {detail}); {then}")
+
+
+@contextlib.contextmanager
+def _quiet_late_reads():
+  """Drops the "Event loop is closed" errors of reads that a failed restore leaves running.
+
+  orbax stops at the first unreadable array; tensorstore finishes the other
+  reads later and calls back into orbax's closed event loop, which Python
+  would print as tracebacks around the one-line error. After a failure the
+  filter stays, since those reads end at any time.
+  """
+  hook = sys.unraisablehook
+
+  def quiet(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"):
+      hook(unraisable)
+  sys.unraisablehook = quiet
+  yield
+  sys.unraisablehook = hook
+
+
+def _state(model, optimizer):
+  return {"model": nnx.to_pure_dict(nnx.state(model, SAVED)),
+          "optimizer": nnx.to_pure_dict(nnx.state(optimizer))}
+
+
+def _differences(want, have, path="", *, extra=True):
+  """Yields one sentence per array where `want` (arrays) and `have` (metadata) disagree.
+
+  extra=False ignores arrays that only `have` holds. orbax stores list
+  indices (the blocks) as strings, so keys compare as strings.
+  """
+  if isinstance(want, dict) or isinstance(have, dict):
+    want = {str(k): v for k, v in want.items()} if isinstance(want, dict) else {}
+    have = {str(k): v for k, v in have.items()} if isinstance(have, dict) else {}
+    for key in {**want, **have} if extra else want:
+      yield from _differences(want.get(key), have.get(key), f"{path}/{key}" if path else key,
+                              extra=extra)
+  elif have is None and want is not None:
+    yield f"{path} {tuple(want.shape)} is not in the checkpoint"
+  elif want is None and have is not None:
+    yield f"{path} {tuple(have.shape)} is in the checkpoint, not in this configuration"
+  elif want is not None and tuple(want.shape) != tuple(have.shape):
+    yield (f"{path} has shape {tuple(have.shape)} in the checkpoint, {tuple(want.shape)} in "
+           f"the model")
+
+
+def _subtree(want, have):
+  """The arrays of `have` at the keys of `want` (orbax's string keys read as `want`'s)."""
+  if isinstance(want, dict):
+    have = {str(k): v for k, v in have.items()}
+    return {k: _subtree(v, have[str(k)]) for k, v in want.items()}
+  return have

@@ -1,11 +1,16 @@
-"""Optimizer and training-schedule configurations (paper App. A.2)."""
+"""Optimizer and training-schedule configurations (paper App. A.2), checked once when built."""
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-  """Adam with decoupled weight decay and global-norm clipping (A.2; A.5: no clip)."""
+  """Adam with decoupled weight decay and global-norm clipping (A.2; A.5: no clip).
+
+  Raises:
+    ValueError (when built): a value outside its range, named with the range.
+  """
   learning_rate: float = 1e-3
   b1: float = 0.9
   b2: float = 0.98
@@ -13,10 +18,20 @@ class OptimConfig:
   weight_decay: float = 0.1
   clip_norm: float = 0.5  # 0: no clipping
 
+  def __post_init__(self):
+    for name in ("learning_rate", "eps", "weight_decay", "clip_norm"):
+      _check(self, name, lambda x: x >= 0, ">= 0")
+    for name in ("b1", "b2"):
+      _check(self, name, lambda x: 0 <= x < 1, "in [0, 1)")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """How long to train and how often to log, evaluate and save (in steps)."""
+  """How long to train and how often to log, evaluate and save (in steps).
+
+  Raises:
+    ValueError (when built): a count below its minimum.
+  """
   steps: int = 1000
   log_every: int = 20
   eval_every: int = 200
@@ -24,3 +39,19 @@ class TrainConfig:
   eval_batches: int = 0  # 0: the whole valid split
   seed: int = 0
   init_from: str = ""  # a trained workdir whose parameters start this run (paper Fig. 5)
+
+  def __post_init__(self):
+    for name in ("steps", "log_every", "eval_every", "checkpoint_every"):
+      _check(self, name, lambda x: x >= 1, ">= 1", kind=int)
+    _check(self, "eval_batches", lambda x: x >= 0, ">= 0 (0: the whole valid split)", kind=int)
+    _check(self, "seed", lambda x: x >= 0, ">= 0", kind=int)
+
+
+def _check(cfg, name, ok, rule, *, kind=float):
+  """Raises ValueError naming `Class.name` unless its value is a finite `kind` with ok(value)."""
+  value = getattr(cfg, name)
+  number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+      kind is float or isinstance(value, int))
+  if not (number and math.isfinite(value) and ok(value)):
+    what = "an integer" if kind is int else "a number"
+    raise ValueError(f"{type(cfg).__name__}.{name} must be {what} {rule}, got {value!r}")

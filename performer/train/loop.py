@@ -3,14 +3,19 @@
 Running it again on a workdir continues from the latest checkpoint: the
 input pipeline position, dropout and random features are functions of the
 step, so a killed and resumed run ends exactly where an uninterrupted one
-does. Defaults follow App. A.2: Adam(b1 0.9, b2 0.98, eps 1e-9), learning
+does. Ctrl-C stops after the current step and saves a checkpoint first.
+Defaults follow App. A.2: Adam(b1 0.9, b2 0.98, eps 1e-9), learning
 rate 1e-3, gradient clipping 0.5, weight decay 0.1, dropout 0.1.
 """
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import signal
+import sys
+import threading
 import time
 
 import jax
@@ -18,7 +23,8 @@ import optax
 import tqdm
 from flax import nnx
 
-from performer import configurables
+from performer import configurables, favor, memory
+from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.models.transformer import TransformerLM
@@ -41,13 +47,20 @@ def optimizer_for(cfg):
 def build():
   """(configs dict, model, optimizer, dataset tokens) from the parsed gin config.
 
+  Relative data and init_from paths are made absolute first (from the
+  current folder), so that the operative config works from any folder.
+
   Raises:
-    UserError: an invalid configuration (e.g. d_model not divisible by
-      num_heads, an unknown attention option) or missing data.
+    UserError: an invalid configuration (e.g. a zero batch size, d_model
+      not divisible by num_heads, an unknown attention option) or missing data.
   """
-  data = configurables.build("DataConfig")
-  train = configurables.build("TrainConfig")
-  optim = configurables.build("OptimConfig")
+  try:
+    configurables.resolve_paths()
+    data = configurables.build("DataConfig")
+    train = configurables.build("TrainConfig")
+    optim = configurables.build("OptimConfig")
+  except (ValueError, TypeError) as e:
+    raise UserError(f"invalid configuration: {str(e).splitlines()[0]}") from None
   tokens = pipeline.vocab_info(data)
   try:
     model_cfg = configurables.build("ModelConfig", vocab_size=tokens[0], max_len=data.seq_len)
@@ -58,16 +71,16 @@ def build():
   return {"data": data, "train": train, "optim": optim, "model": model_cfg}, model, optimizer, tokens
 
 
-def evaluate(model, batches, *, seed, tokens, causal, multiplier=1.0, max_batches=0):
+def evaluate(model, batches, *, seed, tokens, causal, mlm, multiplier=None, max_batches=0):
   """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw)."""
   model.eval()
-  step = nnx.jit(steps.eval_step, static_argnames=("seed", "tokens", "causal"))
+  step = nnx.jit(steps.eval_step, static_argnames=("seed", "tokens", "causal", "mlm"))
   totals = None
   for i, batch in enumerate(batches.eval_batches()):
     if max_batches and i >= max_batches:
       break
     totals = metrics.add(totals, jax.device_get(step(model, batch, seed=seed, tokens=tokens,
-                                                     causal=causal)))
+                                                     causal=causal, mlm=mlm)))
   model.train()
   return metrics.summarize(totals, multiplier)
 
@@ -75,64 +88,157 @@ def evaluate(model, batches, *, seed, tokens, causal, multiplier=1.0, max_batche
 def run(workdir, *, progress=True):
   """Trains per the gin config already parsed; returns the last valid metrics.
 
-  Raises:
-    UserError: bad data or configuration; TrainingDiverged on a NaN or Inf.
-  """
-  # --- Set-up: configs, model, optimizer, checkpoints -------------------------
-  os.makedirs(workdir, exist_ok=True)
-  cfgs, model, optimizer, tokens = build()
-  train, causal = cfgs["train"], cfgs["model"].causal
-  ckpt = Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints")))
-  start = ckpt.latest_step() or 0
-  if start:
-    ckpt.restore(start, model, optimizer)
-  elif train.init_from:  # backward compatibility: a trained model's weights, new attention
-    source = Checkpoints(os.path.abspath(os.path.join(train.init_from, "checkpoints")))
-    print(f"initialised from {train.init_from} step {source.load_params(model)}")
-    source.close()
-  with open(os.path.join(workdir, "config.gin"), "w") as f:
-    f.write(configurables.operative_config())
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump({k: dataclasses.asdict(v) for k, v in cfgs.items()}, f, indent=1, sort_keys=True)
+  Returns None, training nothing, when the workdir already holds a checkpoint
+  at TrainConfig.steps or later.
 
-  # --- Data and step functions ------------------------------------------------
+  Raises:
+    UserError: bad data, configuration or workdir, or another run holding
+      the workdir; TrainingDiverged on a NaN or Inf; KeyboardInterrupt after
+      saving a checkpoint on Ctrl-C.
+  """
+  # --- Set-up: configs, model, optimizer, data ----------------------------------
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UserError(f"--workdir {workdir} is a file, not a folder")
+  cfgs, model, optimizer, tokens = build()
+  train, causal, mlm = cfgs["train"], cfgs["model"].causal, cfgs["data"].mlm
   process = dict(process_index=jax.process_index(), process_count=jax.process_count())
   train_data = pipeline.Batches(cfgs["data"], "train", causal=causal, **process)
   valid_data = pipeline.Batches(cfgs["data"], "valid", causal=causal, **process)
-  valid_multiplier = pipeline.multiplier(cfgs["data"], "valid")
-  train_step = nnx.jit(steps.train_step, static_argnames=("seed", "tokens", "causal"))
-  writer = MetricWriter(workdir)
-  totals, last_valid, tick = None, None, time.perf_counter()
-  lr = cfgs["optim"].learning_rate
+  multiplier = {s: pipeline.multiplier(cfgs["data"], s) for s in ("train", "valid")}  # PG-19
 
-  # --- The loop -----------------------------------------------------------------
-  bar = tqdm.tqdm(range(start, train.steps), initial=start, total=train.steps, desc="train",
-                  disable=not progress)
-  for step in bar:
-    sums, grad_norm = train_step(model, optimizer, train_data.train_batch(step), step,
-                                 seed=train.seed, tokens=tokens, causal=causal)
-    sums, grad_norm = jax.device_get((sums, grad_norm))
-    if not (math.isfinite(float(sums["loss_sum"])) and math.isfinite(float(grad_norm))):
-      writer.close()
-      raise TrainingDiverged(f"non-finite loss or gradient at step {step}; stopped; the last "
-                             f"good checkpoint is step {ckpt.latest_step() or 'none'}")
-    totals = metrics.add(totals, sums)
-    done = step + 1
-    if done % train.log_every == 0 or done == train.steps:
-      seconds = time.perf_counter() - tick
-      row = metrics.summarize(totals)
-      n = done - (done - 1) // train.log_every * train.log_every
-      row.update(learning_rate=lr, step_time=seconds / max(n, 1),
-                 tokens_per_s=row["tokens"] / max(seconds, 1e-9), grad_norm=float(grad_norm))
-      writer.write(done, row, "train")
-      bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}")
-      totals, tick = None, time.perf_counter()
-    if done % train.eval_every == 0 or done == train.steps:
-      last_valid = evaluate(model, valid_data, seed=train.seed, tokens=tokens, causal=causal,
-                            multiplier=valid_multiplier, max_batches=train.eval_batches)
-      writer.write(done, last_valid, "valid")
-    if done % train.checkpoint_every == 0 or done == train.steps:
-      ckpt.save(done, model, optimizer, {"step": done})
-  writer.close()
-  ckpt.close()
+  # One run per workdir: a second would mix its checkpoints and metrics with ours.
+  with exclusive_lock(os.path.join(workdir, "train.lock"), f"--workdir {workdir}"), \
+       Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
+    start = ckpt.latest_step() or 0
+    if start >= train.steps:
+      print(f"{workdir} is complete: its latest checkpoint is step {start} "
+            f"(TrainConfig.steps = {train.steps}); nothing to train")
+      return None
+
+    # --- Start: resume, or take a trained model's weights (paper Fig. 5) --------
+    if start:
+      ckpt.restore(start, model, optimizer)
+      print(f"resuming {workdir} from step {start}")
+    elif train.init_from:
+      print(f"initialised from {train.init_from} step {_load_params(model, train.init_from)}")
+
+    # --- The train step, compiled ahead of time; its memory plan must fit -------
+    jitted = nnx.jit(steps.train_step, static_argnames=("seed", "tokens", "causal", "mlm"))
+    train_step = jitted.lower(model, optimizer, train_data.train_batch(start), start,
+                              seed=train.seed, tokens=tokens, causal=causal, mlm=mlm).compile()
+    _check_memory(train_step)  # called below without the static (keyword) arguments
+    _write_config(workdir, cfgs)
+    writer = MetricWriter(workdir, start=start)
+    totals, last_valid, tick = None, None, time.perf_counter()
+
+    # --- The loop -----------------------------------------------------------------
+    interactive = sys.stderr.isatty()  # a log file gets a line every 30 s, not every 0.1 s
+    every = {} if interactive else dict(mininterval=30, maxinterval=30)
+    bar = tqdm.tqdm(range(start, train.steps), initial=start, total=train.steps, desc="train",
+                    disable=not progress, **every)
+    with contextlib.closing(writer), _ctrl_c_stops_after_the_step() as stop:
+      for step in bar:
+        sums, grad_norm = jax.device_get(train_step(model, optimizer,
+                                                    train_data.train_batch(step), step))
+        if not (math.isfinite(float(sums["loss_sum"])) and math.isfinite(float(grad_norm))):
+          raise TrainingDiverged(f"non-finite loss or gradient at step {step}; stopped; "
+                                 f"{_kept(ckpt.latest_step())}{_favor_hint(cfgs['model'])}")
+        totals = metrics.add(totals, sums)
+        done = step + 1
+        if done % train.log_every == 0 or done == train.steps:
+          seconds = time.perf_counter() - tick
+          row = metrics.summarize(totals, multiplier["train"])
+          n = done - (done - 1) // train.log_every * train.log_every
+          row.update(learning_rate=cfgs["optim"].learning_rate, step_time=seconds / max(n, 1),
+                     tokens_per_s=row["tokens"] / max(seconds, 1e-9), grad_norm=float(grad_norm))
+          writer.write(done, row, "train")
+          bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}",
+                          refresh=interactive)
+          totals, tick = None, time.perf_counter()
+        if done % train.eval_every == 0 or done == train.steps:
+          last_valid = evaluate(model, valid_data, seed=train.seed, tokens=tokens, causal=causal,
+                                mlm=mlm, multiplier=multiplier["valid"],
+                                max_batches=train.eval_batches)
+          writer.write(done, last_valid, "valid")
+        if done % train.checkpoint_every == 0 or done == train.steps or stop:
+          ckpt.save(done, model, optimizer, {"step": done})
+        if stop and done < train.steps:
+          bar.close()
+          print(f"interrupted: saved checkpoint {done}; the same command resumes from step {done}",
+                file=sys.stderr)
+          raise KeyboardInterrupt
   return last_valid
+
+
+def _check_memory(compiled):
+  """Raises UserError when XLA's buffer plan of the compiled train step exceeds the memory."""
+  planned, available = memory.planned_bytes(compiled), memory.available_bytes()
+  if planned and available and planned > available:
+    raise UserError(f"one train step needs {memory.format_bytes(planned)} (XLA's buffer plan), "
+                    f"more than the {memory.format_bytes(available)} available on "
+                    f"{jax.devices()[0].device_kind}; lower DataConfig.batch_size or seq_len, "
+                    f"or the model size")
+
+
+def _load_params(model, source):
+  """Copies the parameters of trained workdir `source` into model; returns its step.
+
+  Opens source/checkpoints without creating or writing anything there.
+  """
+  folder = os.path.abspath(os.path.join(source, "checkpoints"))
+  if not os.path.isdir(folder):
+    raise UserError(f"TrainConfig.init_from = {source!r} has no checkpoints/ folder; give a "
+                    f"trained `performer train` workdir")
+  with Checkpoints(folder, create=False) as trained:
+    return trained.load_params(model)
+
+
+def _write_config(workdir, cfgs):
+  """The operative gin config and the typed configs as JSON, for eval and for people."""
+  with atomic_path(os.path.join(workdir, "config.gin")) as tmp, open(tmp, "w") as f:
+    f.write(configurables.operative_config())
+  with atomic_path(os.path.join(workdir, "config.json")) as tmp, open(tmp, "w") as f:
+    json.dump({k: dataclasses.asdict(v) for k, v in cfgs.items()}, f, indent=1, sort_keys=True)
+
+
+def _favor_hint(model_cfg):
+  """Why FAVOR+ gives NaN, for the divergence message of a model with exponential features."""
+  defaults = {"performer_softmax": "positive", "performer_relu": "relu"}
+  kernel = model_cfg.attention_options.get("kernel", defaults.get(model_cfg.attention))
+  if kernel not in (*favor.SOFTMAX_KERNELS, "exp"):
+    return ""
+  return (f" (FAVOR+ attention gives NaN once a scaled query or key norm |q| d^(-1/4) passes "
+          f"favor.MAX_NORM = {favor.MAX_NORM:g}: check the learning rate)")
+
+
+def _kept(step):
+  if step is None:
+    return "there is no checkpoint yet, so re-running starts from scratch"
+  return f"the last good checkpoint is step {step}, from which re-running resumes"
+
+
+@contextlib.contextmanager
+def _ctrl_c_stops_after_the_step():
+  """Yields a list that the first Ctrl-C makes non-empty; a second one interrupts at once.
+
+  A KeyboardInterrupt raised mid-step could leave the model half-updated,
+  so the loop saves and stops at the next step boundary instead.
+  """
+  stop = []
+  if threading.current_thread() is not threading.main_thread():  # signals reach the main one only
+    yield stop
+    return
+
+  def request(signum, frame):  # pylint: disable=unused-argument
+    stop.append(signum)
+    signal.signal(signal.SIGINT, previous)
+    print("\nCtrl-C: saving a checkpoint after this step (Ctrl-C again to quit without)",
+          file=sys.stderr)
+
+  previous = signal.signal(signal.SIGINT, request)
+  if previous is None:  # a handler installed outside Python
+    previous = signal.default_int_handler
+  try:
+    yield stop
+  finally:
+    signal.signal(signal.SIGINT, previous)

@@ -1,9 +1,10 @@
 """Metrics as sums plus a denominator, reduced once on the host (paper App. A.1).
 
 (U): over all real positions; (B): over the masked positions only (the
-weights say which). bits per token = loss / ln 2; perplexity =
-exp(multiplier * loss), where the multiplier turns a per-token loss into a
-word-level one for PG-19 (1 otherwise).
+weights say which). Per token: bits_per_token = loss / ln 2, perplexity =
+exp(loss). PG-19 adds word_perplexity = exp(multiplier * loss), where the
+split's multiplier (SentencePiece tokens per word, App. A.1.1) turns the
+per-token loss into a word-level one; the row records that multiplier.
 """
 
 import math
@@ -27,10 +28,16 @@ def add(a, b):
   return {k: a[k] + b[k] for k in a}
 
 
-def summarize(totals, multiplier=1.0):
-  """Sums -> {loss, accuracy, perplexity, bits_per_token, tokens}, floats."""
+def summarize(totals, multiplier=None):
+  """Sums -> {loss, accuracy, perplexity, bits_per_token, tokens}, per token.
+
+  With a multiplier (PG-19) the dict adds word_perplexity and multiplier.
+  """
   tokens = float(totals["tokens"])
   loss = float(totals["loss_sum"]) / max(tokens, 1.0)
-  return {"loss": loss, "accuracy": float(totals["correct_sum"]) / max(tokens, 1.0),
-          "perplexity": math.exp(min(multiplier * loss, 700.0)),
-          "bits_per_token": loss / math.log(2), "tokens": int(tokens)}
+  row = {"loss": loss, "accuracy": float(totals["correct_sum"]) / max(tokens, 1.0),
+         "perplexity": math.exp(min(loss, 700.0)), "bits_per_token": loss / math.log(2),
+         "tokens": int(tokens)}
+  if multiplier is not None:
+    row.update(word_perplexity=math.exp(min(multiplier * loss, 700.0)), multiplier=multiplier)
+  return row

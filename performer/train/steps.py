@@ -5,15 +5,16 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from performer.attention.performer import redraw
+from performer.attention import redraw
 from performer.data.masking import mlm_mask
 from performer.train import metrics
 
 
-def model_inputs(batch, tokens, key, *, causal):
+def model_inputs(batch, tokens, key, *, causal, mlm):
   """Batch -> (inputs [B, L], mask [B, L] bool, targets [B, L], weights [B, L] float).
 
   tokens: (vocab_size, pad, eos, mask_id, first_regular) of the dataset.
+  mlm: the (B) corruption proportions, a masking.MLM (DataConfig.mlm).
   (U): weights on every real target. (B): inputs MLM-corrupted, weights on the
   selected positions only. Examples with id -1 (eval padding) weigh nothing.
   """
@@ -25,12 +26,12 @@ def model_inputs(batch, tokens, key, *, causal):
     weights = ((targets != pad) & real).astype(jnp.float32)
   else:
     inputs, weights = mlm_mask(targets, batch["ids"], key, mask_id=mask_id, pad_id=pad,
-                               random_low=first_regular, random_high=vocab_size)
+                               random_low=first_regular, random_high=vocab_size, proportions=mlm)
     weights = weights * real
   return inputs, inputs != pad, targets, weights
 
 
-def train_step(model, optimizer, batch, step, *, seed, tokens, causal):
+def train_step(model, optimizer, batch, step, *, seed, tokens, causal, mlm):
   """One update at `step`: redraws random features, reseeds dropout, masks (B) inputs.
 
   Returns (sums of the batch, global gradient norm). A non-finite gradient
@@ -40,7 +41,7 @@ def train_step(model, optimizer, batch, step, *, seed, tokens, causal):
   key = jax.random.fold_in(jax.random.key(seed), step)
   nnx.reseed(model, dropout=jax.random.fold_in(key, 0))
   inputs, mask, targets, weights = model_inputs(batch, tokens, jax.random.fold_in(key, 1),
-                                                causal=causal)
+                                                causal=causal, mlm=mlm)
 
   def loss_fn(model):
     sums = metrics.sums(model(inputs, mask), targets, weights)
@@ -51,8 +52,8 @@ def train_step(model, optimizer, batch, step, *, seed, tokens, causal):
   return sums, optax.tree.norm(grads)
 
 
-def eval_step(model, batch, *, seed, tokens, causal):
+def eval_step(model, batch, *, seed, tokens, causal, mlm):
   """Sums over one batch, without redraw or dropout; (B) masks keyed by example id."""
   inputs, mask, targets, weights = model_inputs(batch, tokens, jax.random.key(seed + 1),
-                                                causal=causal)
+                                                causal=causal, mlm=mlm)
   return metrics.sums(model(inputs, mask), targets, weights)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -10,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from performer import configurables
-from performer.data import pipeline, samples, trembl
+from performer import configurables, memory
+from performer.data import masking, pg19, pipeline, samples, trembl
 from performer.errors import UserError
 from performer.train import evaluate, loop, metrics, steps
 
@@ -62,11 +63,19 @@ def test_run_logs_checkpoints_and_resumes_exactly(data, tmp_path):
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
   _train(data, tmp_path, "TrainConfig.steps = 3")
-  with pytest.raises(loop.TrainingDiverged, match="non-finite loss or gradient at step .*step 3"):
+  with pytest.raises(loop.TrainingDiverged, match="non-finite loss or gradient at step .*last "
+                     "good checkpoint is step 3, from which re-running resumes"):
     _train(data, tmp_path, "TrainConfig.steps = 9", "OptimConfig.learning_rate = 1e30")
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
   result = evaluate.run(str(tmp_path), "valid")  # the kept checkpoint still loads and works
   assert result["step"] == 3 and np.isfinite(result["loss"])
+  with pytest.raises(loop.TrainingDiverged, match=r"step [12]; stopped; there is no checkpoint "
+                     "yet, so re-running starts from scratch"):
+    _train(data, tmp_path / "fresh", "TrainConfig.steps = 9", "OptimConfig.learning_rate = 1e30")
+  # Past favor.MAX_NORM a Performer-softmax gives NaN: the message says so.
+  with pytest.raises(loop.TrainingDiverged, match="passes favor.MAX_NORM = 100"):
+    _train(data, tmp_path / "softmax", "TrainConfig.steps = 9", "OptimConfig.learning_rate = 1e30",
+           config="gin/mini/trembl_u_performer_softmax.gin")
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -77,10 +86,11 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   cfgs, model, _, tokens = loop.build()
   batch = next(pipeline.Batches(cfgs["data"], "valid", causal=causal).eval_batches())
   model.eval()
+  mlm = cfgs["data"].mlm
   got = metrics.summarize(jax.device_get(steps.eval_step(model, batch, seed=0, tokens=tokens,
-                                                         causal=causal)))
+                                                         causal=causal, mlm=mlm)))
   inputs, mask, targets, weights = (np.asarray(x) for x in steps.model_inputs(
-      batch, tokens, jax.random.key(1), causal=causal))
+      batch, tokens, jax.random.key(1), causal=causal, mlm=mlm))
   logits = np.asarray(model(jnp.asarray(inputs), jnp.asarray(mask)), np.float64)
   logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
       - logits.max(-1, keepdims=True)
@@ -129,9 +139,16 @@ def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
   scratch = _train(data, tmp_path / "scratch", "TrainConfig.steps = 3",
                    "OptimConfig.learning_rate = 0.0")
   assert abs(scratch["loss"] - exact_valid["loss"]) > abs(favor_valid["loss"] - exact_valid["loss"])
-  with pytest.raises(UserError, match="only the attention may differ"):
+  source_files = sorted(str(p) for p in (tmp_path / "exact").rglob("*"))
+  with pytest.raises(UserError, match=r"step 3: model/blocks/0/mlp_in/bias has shape \(32,\) in "
+                     r"the checkpoint, \(48,\) in the model; only the attention may differ"):
     _train(data, tmp_path / "bad", "TrainConfig.steps = 3", "ModelConfig.d_ff = 48",
            f"TrainConfig.init_from = '{tmp_path / 'exact'}'")
+  assert sorted(str(p) for p in (tmp_path / "exact").rglob("*")) == source_files  # untouched
+  with pytest.raises(UserError, match="has no checkpoints/ folder"):
+    _train(data, tmp_path / "bad", "TrainConfig.steps = 3",
+           f"TrainConfig.init_from = '{tmp_path / 'nowhere'}'")
+  assert not (tmp_path / "nowhere").exists()
 
 
 def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
@@ -157,3 +174,205 @@ def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
   _train(data, tmp_path / "straight", *params[1:])
   last = lambda w: [r for r in _rows(w) if r["split"] == "valid"][-1]
   assert last(tmp_path / "killed") == last(tmp_path / "straight")
+  train_steps = lambda w: [r["step"] for r in _rows(w) if r["split"] == "train"]
+  assert train_steps(tmp_path / "killed") == train_steps(tmp_path / "straight") == list(
+      range(2, 61, 2))  # no rows twice
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+  root = tmp_path_factory.mktemp("pg19")
+  source = pg19.sample_folder(samples.fetch("book"), str(root / "source"))
+  pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(root / "out"), progress=False)
+  return str(root / "out")
+
+
+def test_pg19_logs_token_and_word_perplexity_and_eval_keeps_one_file_per_split(book, tmp_path):
+  _train(book, tmp_path, "TrainConfig.steps = 3", "ModelConfig.attention_options = {}",
+         config="gin/mini/pg19_u_exact.gin")
+  stats = json.load(open(os.path.join(book, "stats.json")))["splits"]
+  rows = {(r["split"], r["step"]): r for r in _rows(tmp_path)}
+  for split, row in (("train", rows["train", 2]), ("valid", rows["valid", 3])):
+    assert row["multiplier"] == stats[split]["multiplier"] > 1
+    assert row["perplexity"] == pytest.approx(np.exp(row["loss"]))  # per SentencePiece token
+    assert row["word_perplexity"] == pytest.approx(np.exp(row["multiplier"] * row["loss"]))
+  valid, test = evaluate.run(str(tmp_path), "valid"), evaluate.run(str(tmp_path), "test")
+  assert test["multiplier"] == stats["test"]["multiplier"]
+  assert test["word_perplexity"] == pytest.approx(np.exp(test["multiplier"] * test["loss"]))
+  for split, result in (("valid", valid), ("test", test)):
+    assert json.load(open(tmp_path / f"eval_{split}.json")) == json.loads(json.dumps(result))
+  assert not (tmp_path / "eval.json").exists()
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("TrainConfig.log_every = 0", "TrainConfig.log_every must be an integer >= 1, got 0"),
+    ("TrainConfig.eval_every = 0", "TrainConfig.eval_every must be an integer >= 1"),
+    ("TrainConfig.checkpoint_every = 0", "TrainConfig.checkpoint_every must be an integer >= 1"),
+    ("TrainConfig.steps = -5", "TrainConfig.steps must be an integer >= 1, got -5"),
+    ("DataConfig.batch_size = 0", "DataConfig.batch_size must be an integer >= 1, got 0"),
+    ("OptimConfig.learning_rate = -1e-3", "OptimConfig.learning_rate must be a number >= 0"),
+    ("OptimConfig.b1 = 1.0", r"OptimConfig.b1 must be a number in \[0, 1\), got 1.0"),
+    ("OptimConfig.weight_decay = -0.1", "OptimConfig.weight_decay must be a number >= 0"),
+    ("OptimConfig.clip_norm = -1.0", "OptimConfig.clip_norm must be a number >= 0"),
+    ("DataConfig.mlm_rate = 0.0", r"DataConfig.mlm_rate must be in \(0, 1\]"),
+    ("DataConfig.mlm_random = 0.3", "mlm_mask and mlm_random must be >= 0 with a sum <= 1"),
+    ("DataConfig.task = 'foo'", "unknown DataConfig.task 'foo': the dataset at .* has 'single', "
+                                "'concat'"),
+])
+def test_bad_configurations_stop_before_any_work(data, tmp_path, binding, message):
+  with pytest.raises(UserError, match=message):
+    _train(data, tmp_path / "w", binding)
+  assert not (tmp_path / "w").exists()
+
+
+def test_a_step_bigger_than_memory_stops_before_training(data, tmp_path, monkeypatch):
+  monkeypatch.setattr(memory, "available_bytes", lambda: 2 ** 10)
+  with pytest.raises(UserError, match=r"one train step needs [\d.]+ [KM]iB \(XLA's buffer plan\), "
+                     r"more than the 1.0 KiB available on cpu; lower DataConfig.batch_size"):
+    _train(data, tmp_path, "TrainConfig.steps = 3")
+  assert not (tmp_path / "metrics.jsonl").exists() and not os.listdir(tmp_path / "checkpoints")
+
+
+def test_resuming_another_shape_names_the_array_and_a_damaged_checkpoint_names_its_file(
+    data, tmp_path):
+  _train(data, tmp_path, "TrainConfig.steps = 3")
+
+  def train(*extra):  # the CLI's whole stderr: one line, and no asyncio tracebacks after it
+    cmd = [sys.executable, "-m", "performer.cli", "train", "--gin",
+           "gin/mini/trembl_u_performer_relu.gin", "--workdir", str(tmp_path)]
+    for p in [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 6", *extra]:
+      cmd += ["--gin_param", p]
+    result = subprocess.run(cmd, capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert result.returncode == 2, result.stderr
+    return result.stderr.strip().splitlines()
+
+  assert train("ModelConfig.d_ff = 48") == [
+      f"performer train: error: checkpoint 3 in {tmp_path}/checkpoints does not fit this "
+      "configuration (model or optimizer changed since it was saved): model/blocks/0/mlp_in/bias "
+      "has shape (32,) in the checkpoint, (48,) in the model; and 8 more. Use another --workdir, "
+      "or the configuration in its config.gin"]
+  data_files = sorted((tmp_path / "checkpoints" / "3" / "state").rglob("d/*"),
+                      key=lambda p: p.stat().st_size)
+  with open(data_files[-1], "r+b") as f:  # the largest array file, cut short
+    f.truncate(100)
+  (line,) = train()
+  assert re.fullmatch(f"performer train: error: checkpoint 3 is damaged \\({tmp_path}/checkpoints/"
+                      r'3: ValueError: .*Error reading "[\w.]+/.*delete that folder to start '
+                      r"afresh", line), line
+
+
+def test_a_run_records_absolute_paths_and_its_workdir_works_from_anywhere(data, tmp_path,
+                                                                         monkeypatch):
+  monkeypatch.chdir(os.path.dirname(data))
+  _train(os.path.basename(data), tmp_path / "w", "TrainConfig.steps = 3")
+  assert f"'{data}'" in (tmp_path / "w" / "config.gin").read_text()  # gin may wrap the line
+  assert json.load(open(tmp_path / "w" / "config.json"))["data"]["path"] == data
+  monkeypatch.chdir(tmp_path)
+  assert evaluate.run("w", "valid")["step"] == 3
+
+
+def test_relative_data_and_init_from_paths_are_bound_absolute(tmp_path, monkeypatch):
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  monkeypatch.chdir(tmp_path)
+  configurables.parse([os.path.join(root, "gin/mini/trembl_u_exact.gin")],
+                      ["DataConfig.path = 'data/x'", "TrainConfig.init_from = 'runs/src'"])
+  configurables.resolve_paths()
+  assert configurables.build("DataConfig").path == str(tmp_path / "data" / "x")
+  assert configurables.build("TrainConfig").init_from == str(tmp_path / "runs" / "src")
+  assert f"'{tmp_path / 'runs' / 'src'}'" in configurables.operative_config()
+
+
+def test_a_resume_drops_rows_of_the_killed_run_and_a_finished_workdir_says_so(data, tmp_path,
+                                                                             capsys):
+  _train(data, tmp_path, "TrainConfig.steps = 3")
+  with open(tmp_path / "metrics.jsonl", "a") as f:  # what a run killed after step 5 left
+    f.write(json.dumps({"step": 4, "split": "train", "loss": 9.0}) + "\n")
+    f.write('{"step": 5, "split": "tr')
+  _train(data, tmp_path, "TrainConfig.steps = 6")
+  assert [(r["step"], r["split"]) for r in _rows(tmp_path)] == [
+      (2, "train"), (3, "train"), (3, "valid"), (4, "train"), (6, "train"), (6, "valid")]
+  assert all(r["loss"] != 9.0 for r in _rows(tmp_path))
+  capsys.readouterr()
+  assert _train(data, tmp_path, "TrainConfig.steps = 6") is None
+  assert "is complete: its latest checkpoint is step 6 (TrainConfig.steps = 6)" in \
+      capsys.readouterr().out
+  assert len(_rows(tmp_path)) == 6
+
+
+def test_progress_bar_in_a_log_file_stays_small(data, tmp_path, capfd):
+  configurables.parse([os.path.join(os.path.dirname(__file__), "..", "..",
+                                    "gin/mini/trembl_u_performer_relu.gin")],
+                      [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 12",
+                       "TrainConfig.log_every = 1"])
+  loop.run(str(tmp_path), progress=True)
+  err = capfd.readouterr().err  # not a terminal: the bar draws at start and end only
+  assert "12/12" in err and err.count("\r") <= 3, err
+
+
+def test_mlm_proportions_come_from_the_data_config(data):
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  configurables.parse([os.path.join(root, "gin/mini/trembl_b_performer_relu.gin")],
+                      [f"DataConfig.path = '{data}'", *TINY, "DataConfig.mlm_rate = 0.5",
+                       "DataConfig.mlm_mask = 0.25", "DataConfig.mlm_random = 0.0"])
+  cfgs, _, _, tokens = loop.build()
+  assert cfgs["data"].mlm == masking.MLM(rate=0.5, mask=0.25, random=0.0)
+  batch = next(pipeline.Batches(cfgs["data"], "train", causal=False).eval_batches())
+  inputs, _, targets, weights = (np.asarray(x) for x in steps.model_inputs(
+      batch, tokens, jax.random.key(0), causal=False, mlm=cfgs["data"].mlm))
+  selected = weights > 0
+  assert abs(selected.sum() / (targets != tokens[1]).sum() - 0.5) < 0.05
+  masked = (inputs == tokens[3])[selected].mean()
+  assert abs(masked - 0.25) < 0.05 and (inputs[selected & (inputs != tokens[3])] ==
+                                        targets[selected & (inputs != tokens[3])]).all()
+
+
+def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(data, tmp_path):
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  cmd = [sys.executable, "-m", "performer.cli", "train", "--gin",
+         "gin/mini/trembl_u_performer_relu.gin", "--workdir", str(tmp_path)]
+  for p in [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 100000",
+            "TrainConfig.checkpoint_every = 100000", "TrainConfig.eval_every = 100000"]:
+    cmd += ["--gin_param", p]
+  proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((tmp_path / "metrics.jsonl").exists()
+                                          and (tmp_path / "metrics.jsonl").read_text()):
+      time.sleep(0.05)
+    second = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2
+    assert f"--workdir {tmp_path} is in use by pid {proc.pid} " in second.stderr.splitlines()[-1]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    proc.kill()  # a no-op once it has exited
+  assert proc.returncode == 130, err
+  saved = int(re.search(r"saved checkpoint (\d+); the same command resumes from step \1", err)[1])
+  assert os.listdir(tmp_path / "checkpoints") == [str(saved)]
+  assert max(r["step"] for r in _rows(tmp_path)) in (saved, saved - 1)  # logged every 2 steps
+  done = subprocess.run(cmd + ["--gin_param", f"TrainConfig.steps = {saved}"], cwd=root,
+                        capture_output=True, text=True)
+  assert f"is complete: its latest checkpoint is step {saved} " in done.stdout, done.stderr
+
+
+def test_reformer_rotations_are_redrawn_each_step_and_restored_on_resume(data, tmp_path):
+  reformer = ["ModelConfig.num_layers = 2",
+              "ModelConfig.attention_options = {'chunk_size': 8, 'n_buckets': 4}"]
+  _train(data, tmp_path, "TrainConfig.steps = 3", *reformer, config="gin/mini/trembl_u_reformer.gin")
+  configurables.parse([os.path.join(tmp_path, "config.gin")], [])
+  cfgs, model, optimizer, _ = loop.build()
+  with loop.Checkpoints(os.path.join(tmp_path, "checkpoints")) as ckpt:
+    ckpt.restore(3, model, optimizer)
+  for layer, block in enumerate(model.blocks):  # the draw of the last step, 2, per layer
+    saved = np.asarray(block.attn.rotations[...])
+    np.testing.assert_allclose(saved, block.attn.draw(2), atol=1e-6)
+    assert np.abs(saved - np.asarray(block.attn.draw(1))).max() > 0.1
+  # A resumed run ends where an uninterrupted one does.
+  _train(data, tmp_path, "TrainConfig.steps = 6", *reformer, config="gin/mini/trembl_u_reformer.gin")
+  _train(data, tmp_path / "whole", "TrainConfig.steps = 6", *reformer,
+         config="gin/mini/trembl_u_reformer.gin")
+  last = lambda w: [r for r in _rows(w) if r["split"] == "valid"][-1]
+  assert last(tmp_path) == last(tmp_path / "whole")

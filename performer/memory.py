@@ -1,0 +1,48 @@
+"""Memory a compiled computation plans to use, and what the device has: checked before running.
+
+Shared by `performer speed` (records a configuration that does not fit as
+out of memory) and `performer train` (stops before the first step).
+"""
+
+import jax
+
+
+def planned_bytes(compiled):
+  """Arguments + outputs + temporaries of XLA's buffer assignment, or None.
+
+  Args:
+    compiled: a compiled computation (`jax.jit(f).lower(...).compile()`, or
+      nnx.jit's equivalent) with `.memory_analysis()`.
+  """
+  try:
+    stats = compiled.memory_analysis()
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes
+               + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except
+    return None  # a backend without the analysis
+
+
+def available_bytes():
+  """The device allocator's limit, else 90% of the memory Linux reports available; or None."""
+  try:
+    limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
+    if limit:
+      return int(limit)
+  except Exception:  # pylint: disable=broad-except
+    pass
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(0.9 * int(line.split()[1]) * 1024)
+  except OSError:
+    pass
+  return None
+
+
+def format_bytes(n):
+  """A byte count for people: '512 B', '1.0 KiB', '231.5 MiB', '20.20 GiB'."""
+  for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    if n >= size:
+      return f"{n / size:.2f} {unit}" if unit in ("TiB", "GiB") else f"{n / size:.1f} {unit}"
+  return f"{n:.0f} B"
