@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 
 from performer.atomic import exclusive_lock, writable_folder
 from performer.errors import UserError
@@ -113,6 +114,10 @@ def check(out, inputs, fingerprint, force):
                     + (" (--force only replaces prepared datasets)" if force else ""))
   with open(manifest) as f:
     held = json.load(f)
+  if "mtime_ns" in json.dumps(held.get("fingerprint")):  # by path and time: an older performer's
+    print(f"{out}: prepared by an older performer, which identified inputs by path and time; "
+          "rebuilding it", file=sys.stderr)
+    return False
   same = held.get("fingerprint") == fingerprint(held)
   if same and not force:
     return True

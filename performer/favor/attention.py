@@ -133,21 +133,27 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
     raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
   features.feature_parts(jnp.zeros((1, q.shape[-1])), W, kernel)  # argument errors, early
   scale = q.shape[-1] ** -0.25 if scale is None else scale
-  featurize = functools.partial(_featurize, W=W, kernel=kernel, scale=scale,
-                                kernel_epsilon=kernel_epsilon)
   if mask is None:
     mask = jnp.ones(k.shape[:2], bool)
   if kernel in _EXPONENTIAL and not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask)):
     _check_norms(q, k, mask, scale)
-  dtype = v.dtype
-  q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
   if causal:
-    chunk = min(chunk_size or DEFAULT_CHUNK_SIZE, q.shape[1])
-    out = _causal(q, k, v, mask, featurize, chunk)
+    block = min(chunk_size or DEFAULT_CHUNK_SIZE, q.shape[1])
   else:
     block = min(chunk_size or BIDIRECTIONAL_BLOCK, max(q.shape[1], k.shape[1]))
-    out = _bidirectional(q, k, v, mask, featurize, block)
-  return out.astype(dtype)
+  return _favor(q, k, v, W, mask, kernel=kernel, causal=causal, block=block, scale=scale,
+                kernel_epsilon=kernel_epsilon)
+
+
+# Compiled once per shape and setting, so that eager calls do not retrace the scans.
+@functools.partial(jax.jit, static_argnames=("kernel", "causal", "block", "scale", "kernel_epsilon"))
+def _favor(q, k, v, W, mask, *, kernel, causal, block, scale, kernel_epsilon):
+  featurize = functools.partial(_featurize, W=W, kernel=kernel, scale=scale,
+                                kernel_epsilon=kernel_epsilon)
+  dtype = v.dtype
+  q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
+  run = _causal if causal else _bidirectional
+  return run(q, k, v, mask, featurize, block).astype(dtype)
 
 
 def causal_linear_attention_scan(q_prime, k_prime, v):

@@ -346,3 +346,18 @@ def test_a_recorded_sha256_is_reused_only_for_the_unchanged_file(tmp_path):
   assert outdir.file_digest(str(path), known)["sha256"] == "recorded"  # not read again
   os.utime(path, ns=(1, 1))  # same bytes, another mtime: read again
   assert outdir.file_digest(str(path), known)["sha256"] == entry["sha256"]
+
+
+def test_a_dataset_fingerprinted_by_an_older_version_is_rebuilt(tmp_path, capsys):
+  fasta = tmp_path / "a.fasta"
+  fasta.write_text(">a\nMKVLAAGIVGLLLAAPAQA\n>b\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n")
+  out = tmp_path / "out"
+  cfg = trembl.TremblConfig(inputs=(str(fasta),), valid_fraction=0.0, test_fraction=0.0)
+  trembl.prepare(cfg, str(out), workers=1, progress=False)
+  manifest = json.loads((out / "manifest.json").read_text())
+  manifest["fingerprint"] = {"kind": "trembl", "inputs": [{"path": str(fasta), "mtime_ns": 1}]}
+  (out / "manifest.json").write_text(json.dumps(manifest))
+  trembl.prepare(cfg, str(out), workers=1, progress=False)  # no --force needed
+  assert "prepared by an older performer" in capsys.readouterr().err
+  assert json.loads((out / "manifest.json").read_text())["fingerprint"]["inputs"][0] != manifest[
+      "fingerprint"]["inputs"][0]

@@ -19,6 +19,7 @@ def _cli(*args):
                         capture_output=True, text=True, env=ENV)
 
 
+@pytest.mark.slow  # 70 s; the layer, memory-cap and time-cap tests run real sweeps in CI
 def test_tiny_sweep_end_to_end_and_figure(tmp_path):
   out = tmp_path / "speed.json"
   result = _cli("--config", "small", "--attention", "exact,performer_softmax",
