@@ -106,6 +106,26 @@ def _prepare_trembl(args):
     print(f.read().rstrip())
 
 
+def _label_pfam(args):
+  from performer.data import pfam, samples  # pylint: disable=import-outside-toplevel
+  if bool(args.hmms) == args.gecco:
+    raise UserError("give --hmms FILE or --gecco (not both)")
+  hmms = samples.fetch("pfam") if args.gecco else args.hmms
+  cfg = pfam.LabelConfig(inputs=tuple(args.inputs), hmms=hmms, sample=args.sample,
+                         ood_fraction=args.ood_fraction, seed=args.seed, cpus=args.cpus)
+  if os.path.exists(args.out) and not args.force:
+    print(f"{args.out} exists; nothing to do (--force to label again)")
+    return
+  s = pfam.label(cfg, args.out)
+  print(f"{s['sample']:,} of {s['sequences']:,} sequences surveyed with {s['hmms']:,} HMMs: "
+        f"{s['families_in_survey']:,} families hit; held out {len(s['held_out_families'])} "
+        f"families, {s['held_out_sequences']:,} sequences")
+  folder = os.path.dirname(os.path.abspath(args.out))
+  print(f"wrote {args.out}, {args.out}.json and {os.path.join(folder, 'held_out.txt')}; use: "
+        f"performer prepare-trembl ... --families {args.out} "
+        f"--ood-families \"$(cat {os.path.join(folder, 'held_out.txt')})\"")
+
+
 def _prepare_pg19(args):
   from performer.data import pg19, samples  # pylint: disable=import-outside-toplevel
   if sum(map(bool, (args.source, args.sample, args.tfds))) != 1:
@@ -143,8 +163,12 @@ def _train(args):
 
 def _eval(args):
   from performer.train import evaluate  # pylint: disable=import-outside-toplevel
-  result = evaluate.run(args.workdir, args.split)
-  print(json.dumps(result, indent=1, sort_keys=True))
+  splits = _names(args.split)
+  bad = [s for s in splits if s not in ("valid", "test", "ood")] or ([] if splits else [args.split])
+  if bad:
+    raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
+  results = evaluate.run_splits(args.workdir, splits)
+  print(json.dumps(results[0] if len(results) == 1 else results, indent=1, sort_keys=True))
 
 
 def _processes():
@@ -154,18 +178,27 @@ def _processes():
 
 def _figure(args):
   from performer import figures  # pylint: disable=import-outside-toplevel
-  source = args.input or figures.INPUTS[args.name]
-  out = args.out or figures.default_out(args.name, source)
-  figures.render(args.name, source, out)
-  print(f"wrote {out}")
+  for path in figures.figure(args.name, input_path=args.input, run_dirs=args.runs,
+                             out_path=args.out, metric=args.metric):
+    print(f"wrote {path}")
+
+
+class _Formatter(argparse.HelpFormatter):
+  """Wraps text as usual, but keeps the lines of a text that has several (the figure list)."""
+
+  def _fill_text(self, text, width, indent):
+    if "\n" in text:
+      return "".join(indent + line for line in text.splitlines(keepends=True))
+    return super()._fill_text(text, width, indent)
 
 
 def _parser():
-  from performer.figures import FIGURES  # pylint: disable=import-outside-toplevel
+  from performer.figures import FIGURES, listing  # pylint: disable=import-outside-toplevel
   parser = argparse.ArgumentParser(
-      prog="performer",
+      prog="performer", formatter_class=_Formatter,
       description="Reproduce 'Rethinking Attention with Performers' (Choromanski et al., "
-                  "ICLR 2021): data preparation, training, FAVOR+ measurements and figures.")
+                  "ICLR 2021): data preparation, training, FAVOR+ measurements and figures.",
+      epilog="figures and tables (performer figure NAME):\n" + listing())
   sub = parser.subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
   p = sub.add_parser(
@@ -281,6 +314,31 @@ def _parser():
   p.set_defaults(func=_prepare_trembl)
 
   p = sub.add_parser(
+      "label-pfam", help="Pfam family labels by HMM search, for prepare-trembl's OOD split",
+      description="Labels protein sequences with Pfam-A families (pyhmmer hmmsearch at each "
+                  "HMM's gathering cutoff) for prepare-trembl --families, when Pfam's "
+                  "regions file is not at hand. A bounded sample is searched with every HMM; "
+                  "families are held out from it up to --ood-fraction of the sequences, and "
+                  "only their HMMs are searched against every sequence, so held-out families "
+                  "are complete. Needs pyhmmer (pip install 'performer[labels]').")
+  p.add_argument("inputs", nargs="+", help="FASTA files (plain or .gz)")
+  p.add_argument("--out", required=True,
+                 help="the 'accession family' table to write (.gz for gzip); <out>.json and "
+                      "held_out.txt are written beside it")
+  p.add_argument("--hmms", default=None, help="Pfam-A HMM file (Pfam-A.hmm or pressed .h3m)")
+  p.add_argument("--gecco", action="store_true",
+                 help="use the 2,766 Pfam-A 35.0 HMMs shipped in the gecco 0.11.0 wheel "
+                      "(fetched from PyPI once; gecco is not installed)")
+  p.add_argument("--sample", type=int, default=20_000,
+                 help="sequences surveyed with every HMM (default 20000; ~330 s on 2 cores)")
+  p.add_argument("--ood-fraction", type=float, default=0.01,
+                 help="share of all sequences to hold out as whole families (default 0.01)")
+  p.add_argument("--seed", type=int, default=0, help="salt of the sample and family order")
+  p.add_argument("--cpus", type=int, default=0, help="hmmsearch threads (default 0: all cores)")
+  p.add_argument("--force", action="store_true", help="label again over an existing --out")
+  p.set_defaults(func=_label_pfam)
+
+  p = sub.add_parser(
       "prepare-pg19", help="PG-19 books -> SentencePiece token shards (App. A.1.1)",
       description="Trains a unigram SentencePiece model (whitespace kept, fully invertible) on "
                   "train text, encodes train/validation/test books into token shards, and "
@@ -324,19 +382,31 @@ def _parser():
                                  "empirical amino-acid frequency baseline (Table 2). Writes "
                                  "--workdir/eval_SPLIT.json, one file per split.")
   p.add_argument("--workdir", required=True, help="a `performer train` workdir")
-  p.add_argument("--split", default="test", choices=("valid", "test", "ood"), help="default test")
+  p.add_argument("--split", default="test",
+                 help="valid, test or ood, or several comma-separated (test,ood: one restore "
+                      "and compile for both); default test")
   p.set_defaults(func=_eval)
 
-  p = sub.add_parser("figure", help="draw a paper figure from result files",
-                     description="Renders a figure from a result file without recomputing it.")
-  p.add_argument("name", choices=sorted(FIGURES), help="which figure")
-  p.add_argument("--input", default=None, help="result JSON to read (default: what the "
-                                                "experiment writes by default, runs/"
-                                                "approx_error.json for mse-vs-m, runs/"
-                                                "speed.json for speed)")
+  p = sub.add_parser("figure", help="draw a paper figure or table from result files or runs",
+                     formatter_class=_Formatter, epilog="figures and tables:\n" + listing(),
+                     description="Renders a figure or table from a result file (--input) or "
+                                 "from `performer train` run folders (--runs) without "
+                                 "recomputing anything.")
+  p.add_argument("name", choices=sorted(FIGURES), metavar="NAME",
+                 help="which figure or table (listed below)")
+  p.add_argument("--input", default=None,
+                 help="result JSON (mse-vs-m, speed) or prepare-trembl folder (table1) to read "
+                      "(default: what that command writes by default, runs/approx_error.json, "
+                      "runs/speed.json, runs/data/trembl-sample)")
+  p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
+                 help="run folders (`performer train` workdirs) for table2, claims, curves")
+  p.add_argument("--metric", default=None, metavar="{accuracy,perplexity,loss}",
+                 help="what curves draws against the step (default accuracy, in %%)")
   p.add_argument("--out", default=None,
-                 help="output image; its extension names the format (default: beside the "
-                      "input, <input stem>_<name>.png, e.g. runs/speed_speed.png)")
+                 help="output image (its extension names the format) or, for a table, NAME.md "
+                      "(NAME.csv is written beside it); default: beside the input, <input "
+                      "stem>_<name>.png or .md (runs/speed_speed.png), or in the first run's "
+                      "parent folder, <name>.md or fig6_<metric>.png")
   p.set_defaults(func=_figure)
 
   return parser

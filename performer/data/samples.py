@@ -28,6 +28,8 @@ SAMPLES = {
                 "pyhmmer/tests/data/seqs/938293.PRJEB85.HG003687.faa", "938293.PRJEB85.HG003687.faa"),
     "book": ("sentencepiece==0.2.3", "--no-binary=:all:",
              "sentencepiece-0.2.3/test/botchan.txt", "botchan.txt"),
+    # Pfam-A 35.0 HMMs for label-pfam (performer/data/pfam.py); read from the wheel, not imported.
+    "pfam": ("gecco==0.11.0", "--only-binary=:all:", "gecco/hmmer/Pfam.h3m", "gecco-0.11.0-Pfam.h3m"),
 }
 
 
@@ -36,7 +38,7 @@ def cache_dir():
 
 
 def fetch(name):
-  """Returns the local path of sample `name` ('protein' or 'book'), fetching it once.
+  """Returns the local path of sample `name` ('protein', 'book' or 'pfam'; SAMPLES), fetching it once.
 
   Raises:
     UserError: pip cannot download the package, or it lacks the expected file.

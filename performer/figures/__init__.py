@@ -1,36 +1,107 @@
-"""Figures: each reads result files and writes an image; none recomputes anything.
+"""Figures and tables: each reads result files or run folders and writes; none recomputes anything.
 
 `FIGURES` maps a figure name (as given to `performer figure NAME`) to the
-module that renders it; each module has `render(input_path, out_path)`.
-`INPUTS` gives each figure's default result file: where the experiment's
-own `--out` default writes (runs/, never the committed results/).
+module that renders it and `SUMMARIES` to its one-line help. A figure of
+`RUNS` reads `performer train` run folders, `render(run_dirs, out_path)`;
+any other reads one input, `render(input_path, out_path)`, whose default
+`INPUTS` gives: where the producing command's own `--out` default writes
+(runs/, never the committed results/). The tables (`TABLES`) write
+NAME.md and NAME.csv.
 """
 
 import importlib
 import os
 
+from performer.errors import UserError
+
 FIGURES = {
+    "claims": "performer.figures.claims",  # Sec. 4.3, Fig. 6, Table 2
+    "curves": "performer.figures.curves",  # paper Fig. 6
     "mse-vs-m": "performer.figures.mse_vs_m",  # paper Fig. 4
     "speed": "performer.figures.speed",  # paper Fig. 3
+    "table1": "performer.figures.table1",  # paper Table 1 (App. C.1)
+    "table2": "performer.figures.table2",  # paper Table 2 (App. C.3)
 }
 
+SUMMARIES = {
+    "claims": "the paper's protein claims with verdicts, from run folders (--runs)",
+    "curves": "Fig. 6 train/validation curves of --metric against step (--runs)",
+    "mse-vs-m": "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)",
+    "speed": "Fig. 3 time and memory against L (--input speed JSON)",
+    "table1": "Table 1 TrEMBL split statistics beside the paper's (--input dataset folder)",
+    "table2": "Table 2 test/OOD accuracy and perplexity beside the paper's (--runs)",
+}
 
 INPUTS = {
     "mse-vs-m": "runs/approx_error.json",
     "speed": "runs/speed.json",
+    "table1": "runs/data/trembl-sample",  # prepare-trembl --sample
 }
 
+RUNS = frozenset({"claims", "curves", "table2"})
+TABLES = frozenset({"claims", "table1", "table2"})
 
-def default_out(name, input_path):
-  """The image beside input_path: <input stem>_<figure>.png (runs/a.json -> runs/a_mse_vs_m.png).
 
-  The figure name in the file name keeps a re-render from landing on a
-  committed figure (results/mse_vs_m.png, results/speed_*_cpu.png).
+def listing():
+  """One line per figure, '  name  summary', for the command's help."""
+  width = max(map(len, FIGURES))
+  return "\n".join(f"  {name:<{width}}  {SUMMARIES[name]}" for name in sorted(FIGURES))
+
+
+def default_out(name, source, metric="accuracy"):
+  """Where figure `name` goes without --out: beside its input, never into results/.
+
+  An input figure writes <input stem>_<figure>.png (runs/a.json ->
+  runs/a_mse_vs_m.png; a table .md, a dataset folder keeping its whole
+  name): the figure name keeps a re-render off a committed figure. A runs
+  figure writes into the first run's parent folder: fig6_<metric>.png for
+  curves, <name>.md for a table.
   """
-  stem = os.path.splitext(input_path)[0]
-  return f"{stem}_{name.replace('-', '_')}.png"
+  ext = ".md" if name in TABLES else ".png"
+  if name in RUNS:
+    parent = os.path.dirname(os.path.normpath(source[0]))
+    return os.path.join(parent, f"fig6_{metric}.png" if name == "curves" else name + ext)
+  path = os.path.normpath(source)
+  stem = path if os.path.isdir(path) else os.path.splitext(path)[0]
+  return f"{stem}_{name.replace('-', '_')}{ext}"
 
 
-def render(name, input_path, out_path):
-  """Renders figure `name` (a key of FIGURES) from input_path into out_path."""
-  return importlib.import_module(FIGURES[name]).render(input_path, out_path)
+def render(name, source, out_path, **options):
+  """Renders figure `name` (a key of FIGURES) from source into out_path.
+
+  source is a list of run folders for a figure of RUNS, else one input path;
+  options go to the module (curves: metric). Returns what the module
+  returns: out_path, or (markdown, csv) paths for a table.
+  """
+  return importlib.import_module(FIGURES[name]).render(source, out_path, **options)
+
+
+def figure(name, *, input_path=None, run_dirs=None, out_path=None, metric=None):
+  """`performer figure`: checks the flags fit `name`, fills defaults, renders.
+
+  Returns:
+    The paths written, as a tuple.
+
+  Raises:
+    UserError: --runs for an input figure or --input for a runs figure, no
+      run folders, --metric for a figure other than curves, or any error of
+      the figure's render.
+  """
+  if name in RUNS:
+    if input_path is not None:
+      raise UserError(f"{name} reads run folders: give --runs RUN [RUN ...], not --input")
+    if not run_dirs:
+      raise UserError(f"{name} needs run folders: --runs RUN [RUN ...]")
+    source = list(run_dirs)
+  else:
+    if run_dirs:
+      raise UserError(f"{name} reads one result file: give --input, not --runs")
+    source = input_path or INPUTS[name]
+  if metric is not None and name != "curves":
+    raise UserError(f"--metric applies to curves only, not {name}")
+  options = {"metric": metric or "accuracy"} if name == "curves" else {}
+  if name == "curves":  # a bad metric fails before it names a default file
+    importlib.import_module(FIGURES[name]).check_metric(options["metric"])
+  out = out_path or default_out(name, source, **options)
+  written = render(name, source, out, **options)
+  return tuple(written) if isinstance(written, tuple) else (written or out,)

@@ -4,9 +4,16 @@ import dataclasses
 import math
 
 
+SCHEDULES = ("constant", "cosine")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
   """Adam with decoupled weight decay and global-norm clipping (A.2; A.5: no clip).
+
+  The paper keeps the learning rate fixed (A.2): `schedule = 'constant'`.
+  `'cosine'` warms up linearly over `warmup_steps`, then decays to 0 at the
+  run's last step (a shorter CPU run gets further per step with it).
 
   Raises:
     ValueError (when built): a value outside its range, named with the range.
@@ -17,10 +24,15 @@ class OptimConfig:
   eps: float = 1e-9
   weight_decay: float = 0.1
   clip_norm: float = 0.5  # 0: no clipping
+  schedule: str = "constant"  # or "cosine"
+  warmup_steps: int = 0
 
   def __post_init__(self):
     for name in ("learning_rate", "eps", "weight_decay", "clip_norm"):
       _check(self, name, lambda x: x >= 0, ">= 0")
+    _check(self, "warmup_steps", lambda x: x >= 0, ">= 0", kind=int)
+    if self.schedule not in SCHEDULES:
+      raise ValueError(f"OptimConfig.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
     for name in ("b1", "b2"):
       _check(self, name, lambda x: 0 <= x < 1, "in [0, 1)")
 

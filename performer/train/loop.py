@@ -37,9 +37,17 @@ class TrainingDiverged(UserError):
   """A non-finite loss or gradient: the run stops, the last checkpoint stays."""
 
 
-def optimizer_for(cfg):
+def learning_rate(cfg, steps):
+  """The learning rate as a function of the step (an optax schedule) for OptimConfig cfg."""
+  if cfg.schedule == "constant":
+    return optax.constant_schedule(cfg.learning_rate)
+  return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, min(cfg.warmup_steps, steps - 1),
+                                            steps)
+
+
+def optimizer_for(cfg, steps):
   parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm else []
-  parts.append(optax.adamw(cfg.learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+  parts.append(optax.adamw(learning_rate(cfg, steps), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                            weight_decay=cfg.weight_decay))
   return optax.apply_if_finite(optax.chain(*parts), max_consecutive_errors=10 ** 9)
 
@@ -67,14 +75,18 @@ def build():
     model = TransformerLM(model_cfg, rngs=nnx.Rngs(params=train.seed, dropout=train.seed))
   except ValueError as e:
     raise UserError(f"invalid model configuration: {str(e).splitlines()[0]}") from None
-  optimizer = nnx.Optimizer(model, optimizer_for(optim), wrt=nnx.Param)
+  optimizer = nnx.Optimizer(model, optimizer_for(optim, train.steps), wrt=nnx.Param)
   return {"data": data, "train": train, "optim": optim, "model": model_cfg}, model, optimizer, tokens
+
+
+# One wrapper for the process: a new nnx.jit per call would compile the step again each time.
+_eval_step = nnx.jit(steps.eval_step, static_argnames=("seed", "tokens", "causal", "mlm"))
 
 
 def evaluate(model, batches, *, seed, tokens, causal, mlm, multiplier=None, max_batches=0):
   """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw)."""
   model.eval()
-  step = nnx.jit(steps.eval_step, static_argnames=("seed", "tokens", "causal", "mlm"))
+  step = _eval_step
   totals = None
   for i, batch in enumerate(batches.eval_batches()):
     if max_batches and i >= max_batches:
@@ -101,6 +113,7 @@ def run(workdir, *, progress=True):
     raise UserError(f"--workdir {workdir} is a file, not a folder")
   cfgs, model, optimizer, tokens = build()
   train, causal, mlm = cfgs["train"], cfgs["model"].causal, cfgs["data"].mlm
+  schedule = learning_rate(cfgs["optim"], train.steps)  # for the logs only
   process = dict(process_index=jax.process_index(), process_count=jax.process_count())
   train_data = pipeline.Batches(cfgs["data"], "train", causal=causal, **process)
   valid_data = pipeline.Batches(cfgs["data"], "valid", causal=causal, **process)
@@ -149,7 +162,7 @@ def run(workdir, *, progress=True):
           seconds = time.perf_counter() - tick
           row = metrics.summarize(totals, multiplier["train"])
           n = done - (done - 1) // train.log_every * train.log_every
-          row.update(learning_rate=cfgs["optim"].learning_rate, step_time=seconds / max(n, 1),
+          row.update(learning_rate=float(schedule(done - 1)), step_time=seconds / max(n, 1),
                      tokens_per_s=row["tokens"] / max(seconds, 1e-9), grad_norm=float(grad_norm))
           writer.write(done, row, "train")
           bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}",

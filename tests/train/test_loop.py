@@ -151,6 +151,7 @@ def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
   assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.slow  # ~40 s; test_run_logs_checkpoints_and_resumes_exactly covers exact resume by default
 def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
@@ -360,6 +361,7 @@ def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(da
   assert f"is complete: its latest checkpoint is step {saved} " in done.stdout, done.stderr
 
 
+@pytest.mark.slow  # ~40 s; per-step rotations are tested by tests/attention/test_reformer.py
 def test_reformer_rotations_are_redrawn_each_step_and_restored_on_resume(data, tmp_path):
   reformer = ["ModelConfig.num_layers = 2",
               "ModelConfig.attention_options = {'chunk_size': 8, 'n_buckets': 4}"]

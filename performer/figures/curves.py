@@ -1,0 +1,102 @@
+"""Fig. 6: training curves of protein runs, train dashed and validation solid.
+
+Reads the metrics.jsonl of run folders (runs.py) and draws one metric
+(accuracy in %, perplexity or loss) against the step: one panel per
+direction that has runs ((U), then (B)), one colour per model, the same in
+both panels; the seeds of one model share its colour, the lowest seed drawn
+full, the others thinner and lighter. Legends sit beside the panels. Never
+recomputes anything.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
+
+from performer.errors import UserError  # pylint: disable=wrong-import-position
+from performer.figures import runs  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
+
+METRICS = {"accuracy": "accuracy (%)", "perplexity": "perplexity", "loss": "loss (nats per token)"}
+COLOURS = {"Transformer": "C3", "Performer-softmax": "C0", "Performer-ReLU": "C2",
+           "Reformer": "C1", "Linformer": "C4", "Linear": "C5", "Identity": "k"}
+STYLES = {"train": "--", "valid": "-"}
+SCORED = {"U": "(U) unidirectional, all positions", "B": "(B) bidirectional, masked positions"}
+
+
+def check_metric(metric):
+  """Raises UserError unless metric is one of METRICS."""
+  if metric not in METRICS:
+    raise UserError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+
+
+def _curve(run, split, metric):
+  """(steps, values) of one split; accuracy as a percentage."""
+  rows = [r for r in run.metrics if r["split"] == split and isinstance(r.get(metric), (int, float))]
+  scale = 100 if metric == "accuracy" else 1
+  return [r["step"] for r in rows], [scale * r[metric] for r in rows]
+
+
+def _panel(ax, direction, groups, metric):
+  """Draws one direction's runs; returns the number of lines drawn."""
+  drawn, handles = 0, []
+  for (d, label), group in groups.items():
+    if d != direction:
+      continue
+    colour = COLOURS.get(label, "C7")
+    for i, run in enumerate(group):  # by seed: the first full, the others lighter
+      width, alpha = (1.8, 1.0) if i == 0 else (0.9, 0.5)
+      for split, style in STYLES.items():
+        steps, values = _curve(run, split, metric)
+        if steps:
+          ax.plot(steps, values, color=colour, linestyle=style, linewidth=width, alpha=alpha,
+                  marker="o" if split == "valid" else None, markersize=2.5 * width,
+                  label=f"{runs.model_label(run)} seed {run.seed} {split}")  # markers: few evals
+          drawn += 1
+    seeds = f" ({len(group)} seeds)" if len(group) > 1 else ""
+    handles.append(Line2D([], [], color=colour, linewidth=1.8,
+                          label=label + (" (extra)" if group[0].extra else "") + seeds))
+  handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
+              Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=4,
+                     label="validation")]
+  ax.set_xlabel("step")
+  ax.set_ylabel(METRICS[metric])
+  ax.set_title(SCORED[direction], fontsize=10)
+  ax.grid(True, alpha=0.3)
+  ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
+            borderaxespad=0)  # beside the panel: inside, it covers curves
+  return drawn
+
+
+def render(run_dirs, out_path, metric="accuracy"):
+  """Reads run folders and writes the figure of `metric` to out_path.
+
+  Args:
+    run_dirs: `performer train` workdirs.
+    out_path: the image; its extension names the format (png without one).
+    metric: "accuracy" (drawn in %), "perplexity" or "loss".
+
+  Returns:
+    out_path.
+
+  Raises:
+    UserError: an unknown metric or image format, an unwritable out_path, any
+      runs.load_runs error, or no train/valid row holding the metric.
+  """
+  check_metric(metric)
+  figure_format(out_path)  # a wrong extension fails first
+  groups = runs.by_model(runs.load_runs(run_dirs))
+  check_figure_path(out_path)  # before drawing, not after
+  directions = [d for d in runs.DIRECTIONS if any(key[0] == d for key in groups)]
+  fig, axes = plt.subplots(1, len(directions), figsize=(6.5 * len(directions), 4.2),
+                           squeeze=False, layout="constrained")
+  drawn = sum(_panel(ax, d, groups, metric) for ax, d in zip(axes[0], directions))
+  if not drawn:
+    plt.close(fig)
+    raise UserError(f"{', '.join(run_dirs)}: no train or valid rows with {metric} in "
+                    "metrics.jsonl")
+  fig.suptitle(f"Protein LM {metric} (Fig. 6 style): train dashed, validation solid", fontsize=11)
+  save_figure(fig, out_path)
+  plt.close(fig)
+  return out_path

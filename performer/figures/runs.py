@@ -1,0 +1,201 @@
+"""Run folders (`performer train` workdirs) as the protein tables and curves read them.
+
+A run folder holds config.json (the operative config), metrics.jsonl (one
+row per log or eval: step, split "train" | "valid", loss, accuracy,
+perplexity, ...) and, after `performer eval`, eval_test.json / eval_ood.json.
+Nothing here recomputes a metric: (B) runs were scored on the masked
+positions and (U) runs on all positions by train/eval (App. A.1).
+"""
+
+import dataclasses
+import json
+import math
+import os
+
+from performer.errors import UserError
+from performer.figures import paper
+
+# Attention registry name -> the model's name in the paper's Fig. 6 / Table 2.
+LABELS = {
+    "exact": "Transformer",
+    "performer_softmax": "Performer-softmax",
+    "performer_relu": "Performer-ReLU",
+    "reformer": "Reformer",
+    "linformer": "Linformer",
+    "linear": "Linear",
+    "identity": "Identity",
+}
+ORDER = tuple(LABELS.values())  # row and legend order
+DIRECTIONS = {"U": "(U) unidirectional", "B": "(B) bidirectional"}
+EVAL_SPLITS = ("test", "ood")
+SCORED = ("(B) runs are scored on the masked positions and (U) runs on all positions, as "
+          "train/eval do (App. A.1).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One run folder, read once.
+
+  Attributes:
+    path: the folder as given.
+    direction: "U" (model.causal) or "B".
+    attention: the config's model.attention registry name.
+    label: the model's name (LABELS; the attention name itself if unknown).
+    extra: True for a (direction, model) the paper did not train (Fig. 6).
+    seed: train.seed.
+    metrics: metrics.jsonl rows, the last one per (split, step), by step.
+    evals: split ("test", "ood") -> that eval_<split>.json; absent splits
+      were not evaluated.
+  """
+  path: str
+  direction: str
+  attention: str
+  label: str
+  extra: bool
+  seed: int
+  metrics: tuple
+  evals: dict
+
+  @property
+  def name(self):
+    """The folder's own name, for table cells."""
+    return os.path.basename(os.path.normpath(self.path))
+
+  @property
+  def step(self):
+    """The step the results are of: the test (else OOD) eval's, else the last logged one."""
+    for split in EVAL_SPLITS:
+      if split in self.evals:
+        return self.evals[split].get("step")
+    return self.metrics[-1]["step"] if self.metrics else None
+
+  def value(self, split, key):
+    """evals[split][key] (a finite number) or None when not evaluated."""
+    return self.evals.get(split, {}).get(key)
+
+
+def _json(path):
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"{path}: not valid JSON ({e})") from None
+
+
+def _number(value):
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _metrics(path):
+  """metrics.jsonl rows with a numeric step and a split; a resumed run's repeats keep the last."""
+  rows = {}
+  try:
+    with open(path) as f:
+      lines = f.readlines()
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      if number == len(lines):  # a run killed mid-write leaves half a last line
+        continue
+      raise UserError(f"{path}: line {number} is not JSON") from None
+    if not isinstance(row, dict) or not _number(row.get("step")) or not isinstance(
+        row.get("split"), str):
+      raise UserError(f"{path}: line {number} lacks a numeric step and a split")
+    rows[(row["split"], row["step"])] = row
+  return tuple(sorted(rows.values(), key=lambda r: (r["step"], r["split"])))
+
+
+def _eval(path):
+  record = _json(path)
+  if not isinstance(record, dict):
+    raise UserError(f"{path}: expected an eval result object")
+  for key in ("accuracy", "perplexity"):
+    if not _number(record.get(key)):
+      raise UserError(f"{path}: {key} = {record.get(key)!r} is not a finite number")
+  return {k: v for k, v in record.items() if not isinstance(v, float) or math.isfinite(v)}
+
+
+def load_run(path):
+  """Reads one run folder.
+
+  Raises:
+    UserError: not a folder, no config.json or metrics.jsonl, invalid JSON,
+      a config without model.attention / model.causal, or a malformed eval file.
+  """
+  if not os.path.isdir(path):
+    raise UserError(f"{path}: no such run folder")
+  files = {name: os.path.join(path, name) for name in ("config.json", "metrics.jsonl")}
+  for name, file in files.items():
+    if not os.path.isfile(file):
+      raise UserError(f"{path}: no {name}; is it a `performer train` workdir?")
+  config = _json(files["config.json"])
+  model = config.get("model") if isinstance(config, dict) else None
+  if not isinstance(model, dict) or not isinstance(model.get("attention"), str) or not isinstance(
+      model.get("causal"), bool):
+    raise UserError(f"{files['config.json']}: lacks model.attention or model.causal")
+  seed = (config.get("train") or {}).get("seed", 0)
+  direction = "U" if model["causal"] else "B"
+  label = LABELS.get(model["attention"], model["attention"])
+  evals = {split: _eval(os.path.join(path, f"eval_{split}.json")) for split in EVAL_SPLITS
+           if os.path.isfile(os.path.join(path, f"eval_{split}.json"))}
+  return Run(path=path, direction=direction, attention=model["attention"], label=label,
+             extra=label not in paper.FIG6[direction], seed=seed,
+             metrics=_metrics(files["metrics.jsonl"]), evals=evals)
+
+
+def load_runs(paths):
+  """Reads run folders; returns the Runs in the order given.
+
+  Raises:
+    UserError: no folders, a folder given twice (it would count as two
+      seeds), two folders of one model with the same seed, or any load_run error.
+  """
+  if not paths:
+    raise UserError("no run folders given (--runs RUN [RUN ...])")
+  seen = set()
+  for path in paths:
+    real = os.path.realpath(path)
+    if real in seen:
+      raise UserError(f"{path}: run folder given twice")
+    seen.add(real)
+  runs = [load_run(path) for path in paths]
+  keys = {}
+  for run in runs:
+    key = (run.direction, run.label, run.seed)
+    if key in keys:
+      raise UserError(f"{run.path} and {keys[key]}: both are {model_label(run)} seed {run.seed}; "
+                      "give one run per model and seed")
+    keys[key] = run.path
+  return runs
+
+
+def model_label(run):
+  """'(U) Transformer', '(B) Reformer (extra)': a model as the tables and legends name it."""
+  return f"({run.direction}) {run.label}" + (" (extra)" if run.extra else "")
+
+
+def by_model(runs):
+  """{(direction, label): [runs by seed]}, (U) first, then by ORDER."""
+  groups = {}
+  for run in runs:
+    groups.setdefault((run.direction, run.label), []).append(run)
+  order = lambda key: ("UB".index(key[0]), rank(key[1]))
+  return {key: sorted(groups[key], key=lambda r: r.seed) for key in sorted(groups, key=order)}
+
+
+def rank(label):
+  """Sort key of a model label: ORDER, then unknown labels by name."""
+  return (ORDER + (label,)).index(label), label
+
+
+def mean(values):
+  """Mean of the numbers among values, ignoring None; None if there are none."""
+  numbers = [v for v in values if v is not None]
+  return sum(numbers) / len(numbers) if numbers else None

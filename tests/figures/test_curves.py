@@ -1,0 +1,84 @@
+"""curves (Fig. 6): train dashed, validation solid, a colour per model, panels per direction."""
+
+import pytest
+
+from performer import cli, figures
+from performer.errors import UserError
+from performer.figures import curves
+
+ROWS = [(10, "train", 0.11, 17.0, 2.83), (20, "train", 0.17, 14.0, 2.64),
+        (20, "valid", 0.13, 15.5, 2.74)]
+
+
+def _drawn(monkeypatch, tmp_path, folders, metric):
+  drawn = []
+  monkeypatch.setattr(curves, "save_figure", lambda fig, out: drawn.append(fig))
+  monkeypatch.setattr(curves.plt, "close", lambda fig: None)
+  figures.render("curves", folders, str(tmp_path / "f.png"), metric=metric)
+  (fig,) = drawn
+  fig.canvas.draw()
+  return fig
+
+
+def _lines(ax):
+  return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_panels_styles_colours_and_values(tmp_path, monkeypatch, make_run):
+  folders = [make_run("u0", "exact", causal=True, seed=0, metrics=ROWS),
+             make_run("u1", "exact", causal=True, seed=1, metrics=ROWS[:1]),
+             make_run("b0", "exact", causal=False, seed=0, metrics=ROWS),
+             make_run("b1", "linformer", causal=False, seed=0, metrics=ROWS)]
+  u, b = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
+  assert u.get_title().startswith("(U)") and b.get_title().startswith("(B)")
+  assert u.get_ylabel() == "accuracy (%)"
+  train = _lines(u)["(U) Transformer seed 0 train"]
+  valid = _lines(u)["(U) Transformer seed 0 valid"]
+  assert train.get_linestyle() == "--" and valid.get_linestyle() == "-"
+  assert list(train.get_xdata()) == [10, 20]
+  assert list(train.get_ydata()) == pytest.approx([11.0, 17.0])  # accuracy in %
+  assert list(valid.get_ydata()) == pytest.approx([13.0])
+  # Same colour for the Transformer in both panels; a second seed thinner and lighter.
+  other_panel = _lines(b)["(B) Transformer seed 0 valid"]
+  assert other_panel.get_color() == valid.get_color()
+  assert _lines(b)["(B) Linformer seed 0 valid"].get_color() != valid.get_color()
+  seed1 = _lines(u)["(U) Transformer seed 1 train"]
+  assert seed1.get_color() == train.get_color()
+  assert seed1.get_linewidth() < train.get_linewidth() and seed1.get_alpha() < 1
+  legend = [t.get_text() for t in u.get_legend().get_texts()]
+  assert legend == ["Transformer (2 seeds)", "train", "validation"]
+  # Legends beside the panels, off the curves.
+  renderer = u.figure.canvas.get_renderer()
+  for ax in (u, b):
+    assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_only_panels_with_runs_and_other_metrics(tmp_path, monkeypatch, make_run):
+  folders = [make_run("u0", "performer_relu", causal=True, metrics=ROWS)]
+  (ax,) = _drawn(monkeypatch, tmp_path, folders, "perplexity").axes
+  assert list(_lines(ax)["(U) Performer-ReLU seed 0 train"].get_ydata()) == [17.0, 14.0]
+  monkeypatch.undo()
+  figures.render("curves", folders, str(tmp_path / "loss.png"), metric="loss")
+  assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_default_out_and_errors(tmp_path, make_run, capsys):
+  folder = make_run("u0", "exact", causal=True, metrics=ROWS)
+  assert cli.main(["figure", "curves", "--runs", folder, "--metric", "loss"]) == 0
+  out = tmp_path / "runs" / "fig6_loss.png"
+  assert f"wrote {out}" in capsys.readouterr().out
+  assert out.read_bytes()[:4] == b"\x89PNG"
+  assert figures.default_out("curves", ["a/b/run"], metric="accuracy") == "a/b/fig6_accuracy.png"
+  assert figures.default_out("curves", ["run"]) == "fig6_accuracy.png"
+  for flags, message in ((["--runs", folder, "--metric", "bpd"], "unknown metric 'bpd'"),
+                         (["--runs", str(tmp_path / "nope")], "nope: no such run folder"),
+                         (["--input", folder], "give --runs")):
+    assert cli.main(["figure", "curves", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+  empty = make_run("e", "exact", causal=True)  # no rows yet
+  with pytest.raises(UserError, match="no train or valid rows with accuracy"):
+    figures.render("curves", [empty], str(tmp_path / "e.png"))
+  with pytest.raises(UserError, match="cannot write .txt"):
+    figures.render("curves", [folder], str(tmp_path / "e.txt"))
+  assert not (tmp_path / "e.png").exists()

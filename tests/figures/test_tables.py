@@ -1,0 +1,309 @@
+"""table1, table2 and claims: every printed number traced back to a hand-written fixture."""
+
+import csv
+import json
+import re
+
+import pytest
+
+from performer import cli, figures
+from performer.errors import UserError
+from performer.figures import claims, paper
+
+
+def _table(path):
+  """The Markdown table of path as a list of {header: cell} dicts."""
+  lines = [line for line in path.read_text().splitlines()
+           if line.startswith("| ") and not line.startswith("| ---")]
+  split = lambda line: [c.strip().replace("\\|", "|")
+                        for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+  header = split(lines[0])
+  return [dict(zip(header, split(line))) for line in lines[1:]]
+
+
+def _csv(path):
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+# ---- table1 -----------------------------------------------------------------
+
+STATS = {
+    "single": {
+        "train": {"count": 1234, "min": 3, "max": 5011, "mean": 300.5, "std": 120.25,
+                  "median": 280.0},
+        "valid": {"count": 61, "min": 10, "max": 900, "mean": 310.0, "std": 99.5, "median": 290.5},
+        "test": {"count": 0},
+        "all": {"count": 1295, "min": 3, "max": 5011, "mean": 301.0, "std": 119.0, "median": 281},
+    },
+    "single_clipped_to": 1024,
+    "concat": {"train": {"count": 45, "length": 8192, "dropped_tail_tokens": 7},
+               "valid": {"count": 2, "length": 8192, "dropped_tail_tokens": 5},
+               "test": {"count": 0, "length": 8192, "dropped_tail_tokens": 3}},
+    "ood": "no family mapping given (--families): no OOD split",
+    "records_read": 1300, "records_kept": 1295, "duplicates_dropped": 5,
+}
+
+
+def _dataset(tmp_path, stats=STATS):
+  folder = tmp_path / "ds"
+  folder.mkdir()
+  (folder / "stats.json").write_text(json.dumps(stats))
+  return str(folder)
+
+
+def test_table1_puts_ours_beside_the_paper(tmp_path):
+  md, table_csv = figures.render("table1", _dataset(tmp_path), str(tmp_path / "t1.md"))
+  rows = {(r["dataset"], r["split"], r["source"]): r for r in _table(tmp_path / "t1.md")}
+  train = rows[("TrEMBL", "train", "ours")]
+  assert [train[k] for k in ("sequences / chunks", "min", "max", "mean", "std", "median")] == [
+      "1,234", "3", "5,011", "300.50", "120.25", "280.00"]
+  assert rows[("TrEMBL", "valid", "ours")]["median"] == "290.50"
+  assert rows[("TrEMBL", "test", "ours")]["sequences / chunks"] == "0"
+  assert rows[("TrEMBL", "test", "ours")]["mean"] == "-"
+  assert rows[("TrEMBL", "train", "paper")]["sequences / chunks"] == "104,863,744"
+  assert rows[("TrEMBL", "ood", "paper")]["median"] == "200.00"
+  # No OOD split: "-" and a note saying why, not a crash.
+  assert set(rows[("TrEMBL", "ood", "ours")].values()) == {"TrEMBL", "ood", "ours", "-"}
+  assert "no family mapping given" in (tmp_path / "t1.md").read_text()
+  assert rows[("TrEMBL (concat)", "train", "ours")]["sequences / chunks"] == "45"
+  assert rows[("TrEMBL (concat)", "train", "paper")]["sequences / chunks"] == "4,532,224"
+  assert rows[("TrEMBL (concat)", "test", "paper")]["sequences / chunks"] == "-"
+  # The CSV has the same rows, numbers unformatted, missing values empty.
+  assert table_csv == str(tmp_path / "t1.csv") and md == str(tmp_path / "t1.md")
+  by_key = {(r["dataset"], r["split"], r["source"]): r for r in _csv(table_csv)}
+  assert by_key[("TrEMBL", "train", "ours")]["sequences / chunks"] == "1234"
+  assert by_key[("TrEMBL", "train", "ours")]["std"] == "120.25"
+  assert by_key[("TrEMBL", "ood", "ours")]["mean"] == ""
+  assert len(by_key) == len(rows)
+
+
+def test_table1_shows_an_ood_split_when_present(tmp_path):
+  stats = json.loads(json.dumps(STATS))
+  stats["single"]["ood"] = {"count": 17, "min": 20, "max": 600, "mean": 250.0, "std": 80.0,
+                            "median": 210.0}
+  stats["ood"] = {"families_in_mapping": 40, "families_held_out": 2, "held_out": ["PF1", "PF2"]}
+  figures.render("table1", _dataset(tmp_path, stats), str(tmp_path / "t1.md"))
+  rows = {(r["dataset"], r["split"], r["source"]): r for r in _table(tmp_path / "t1.md")}
+  assert rows[("TrEMBL", "ood", "ours")]["sequences / chunks"] == "17"
+  assert "2 of 40 families held out" in (tmp_path / "t1.md").read_text()
+
+
+def test_table1_default_out_and_errors(tmp_path, monkeypatch):
+  dataset = _dataset(tmp_path)
+  monkeypatch.chdir(tmp_path)
+  assert figures.figure("table1", input_path="ds/") == ("ds_table1.md", "ds_table1.csv")
+  assert (tmp_path / "ds_table1.csv").exists()
+  with pytest.raises(UserError, match="no such file"):
+    figures.render("table1", str(tmp_path / "nothing"), str(tmp_path / "x.md"))
+  with pytest.raises(UserError, match="give --out NAME.md"):
+    figures.render("table1", dataset, str(tmp_path / "x.png"))
+  (tmp_path / "pg").mkdir()
+  (tmp_path / "pg" / "stats.json").write_text(json.dumps({"train": {"tokens": 5}}))
+  with pytest.raises(UserError, match="prepare-trembl"):
+    figures.render("table1", str(tmp_path / "pg"), str(tmp_path / "x.md"))
+  assert not (tmp_path / "x.md").exists()
+
+
+# ---- table2 -----------------------------------------------------------------
+
+def test_table2_rows_means_baselines_and_paper(tmp_path, make_run):
+  folders = [
+      make_run("u_exact_0", "exact", causal=True, seed=0, test=(0.3012, 9.5), ood=(0.2001, 13.1)),
+      make_run("u_exact_1", "exact", causal=True, seed=1, test=(0.3056, 9.3)),
+      make_run("b_reformer", "reformer", causal=False, seed=3, test=(0.2543, 10.25),
+               baseline=(0.0811, 18.0)),
+      make_run("b_relu", "performer_relu", causal=False, seed=0),  # not evaluated yet
+  ]
+  figures.render("table2", folders, str(tmp_path / "t2.md"))
+  rows = _table(tmp_path / "t2.md")
+  find = lambda direction, model, seed: next(
+      r for r in rows if (r["direction"], r["model"], r["seed"]) == (direction, model, seed))
+  seed0 = find("(U)", "Transformer", "0")
+  assert (seed0["test accuracy %"], seed0["test perplexity"]) == ("30.12", "9.50")
+  assert (seed0["OOD accuracy %"], seed0["OOD perplexity"]) == ("20.01", "13.10")
+  assert seed0["step"] == "20" and seed0["run"] == "u_exact_0"
+  assert seed0["paper test accuracy %"] == "-"  # the paper sits on the mean row
+  assert find("(U)", "Transformer", "1")["OOD accuracy %"] == "-"
+  mean = find("(U)", "Transformer", "mean over 2 seeds")
+  assert mean["test accuracy %"] == "30.34"  # (30.12 + 30.56) / 2
+  assert mean["test perplexity"] == "9.40"
+  assert mean["OOD accuracy %"] == "20.01"  # the one seed with an OOD eval
+  assert (mean["paper test accuracy %"], mean["paper OOD perplexity"]) == ("30.80", "13.20")
+  # Reformer (B) is an extra the paper did not train; its paper cells are "-".
+  reformer = find("(B)", "Reformer (extra)", "3")
+  assert reformer["test accuracy %"] == "25.43" and reformer["paper test accuracy %"] == "-"
+  relu = find("(B)", "Performer-ReLU", "0")
+  assert relu["test accuracy %"] == "-" and relu["paper test accuracy %"] == "36.09"
+  # Baselines per direction, from the eval files; the paper's Table 2 beside them.
+  base_u = find("(U)", "Empirical baseline", "-")
+  assert (base_u["test accuracy %"], base_u["test perplexity"]) == ("9.50", "17.50")
+  assert (base_u["paper test accuracy %"], base_u["paper OOD accuracy %"]) == ("9.92", "9.07")
+  assert find("(B)", "Empirical baseline", "-")["test accuracy %"] == "8.11"
+  # Paper models no run covers get a row of their own.
+  assert find("(U)", "Performer-ReLU", "not run")["paper test perplexity"] == "9.17"
+  assert find("(B)", "Performer-softmax", "not run")["paper OOD accuracy %"] == "23.48"
+  # (U) rows come first, the baseline leading each direction.
+  assert [r["direction"] for r in rows] == sorted((r["direction"] for r in rows), reverse=True)
+  assert rows[0]["model"] == "Empirical baseline"
+  text = (tmp_path / "t2.md").read_text()
+  assert "masked positions" in text and "all positions" in text
+  by_run = {r["run"]: r for r in _csv(tmp_path / "t2.csv")}
+  assert float(by_run["u_exact_0"]["test accuracy %"]) == pytest.approx(30.12)
+  assert by_run["u_exact_1"]["OOD accuracy %"] == ""
+
+
+def test_table2_extra_marks_linformer_u(tmp_path, make_run):
+  figures.render("table2", [make_run("l", "linformer", causal=True, test=(0.2, 11.0))],
+                 str(tmp_path / "t2.md"))
+  assert any(r["model"] == "Linformer (extra)" for r in _table(tmp_path / "t2.md"))
+
+
+def test_bad_run_folders_fail_with_one_line_naming_the_path(tmp_path, make_run, capsys):
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  no_metrics = make_run("nm", "exact", causal=True)
+  (tmp_path / "runs" / "nm" / "metrics.jsonl").unlink()
+  cases = [(["--runs", str(empty)], f"{empty}: no config.json"),
+           (["--runs", no_metrics], f"{no_metrics}: no metrics.jsonl"),
+           (["--runs", str(tmp_path / "missing")], "no such run folder"),
+           (["--input", "x.json"], "give --runs RUN"),
+           ([], "needs run folders")]
+  for flags, message in cases:
+    assert cli.main(["figure", "table2", *flags, "--out", str(tmp_path / "t.md")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+  good = make_run("good", "exact", causal=True, test=(0.3, 9.0))
+  with pytest.raises(UserError, match="given twice"):
+    figures.render("table2", [good, good + "/"], str(tmp_path / "t.md"))
+  assert cli.main(["figure", "speed", "--runs", good]) == 2
+  assert "give --input, not --runs" in capsys.readouterr().err
+  assert cli.main(["figure", "table2", "--runs", good, "--metric", "loss"]) == 2
+  assert "--metric applies to curves only" in capsys.readouterr().err
+  assert not (tmp_path / "t.md").exists()
+
+
+def test_table2_cli_default_out_in_the_runs_parent(tmp_path, make_run, capsys):
+  good = make_run("good", "exact", causal=True, test=(0.3, 9.0))
+  assert cli.main(["figure", "table2", "--runs", good]) == 0
+  out = capsys.readouterr().out
+  assert f"wrote {tmp_path / 'runs' / 'table2.md'}" in out
+  assert (tmp_path / "runs" / "table2.csv").exists()
+
+
+# ---- claims -----------------------------------------------------------------
+
+def _runs(make_run, models, root="runs"):
+  """models: {(attention, causal): [(test accuracy, OOD accuracy or None) per seed]}."""
+  folders = []
+  for (attention, causal), seeds in models.items():
+    for seed, (test, ood) in enumerate(seeds):
+      folders.append(make_run(f"{'u' if causal else 'b'}_{attention}_{seed}", attention,
+                              root=root, causal=causal, seed=seed, test=(test, 9.0),
+                              ood=None if ood is None else (ood, 12.0)))
+  return folders
+
+
+def _verdicts(tmp_path, folders):
+  figures.render("claims", folders, str(tmp_path / "claims.md"))
+  return {r["claim"]: r for r in _table(tmp_path / "claims.md")}
+
+
+# The (U) Transformer's two seeds differ by 1 point: tol = 1.00.
+AS_PAPER = {
+    ("exact", True): [(0.300, 0.200), (0.310, 0.210)],  # mean 30.5 test, 20.5 OOD
+    ("performer_softmax", True): [(0.308, 0.207)],  # |30.8 - 30.5| <= 1
+    ("performer_relu", True): [(0.330, 0.220)],  # 33.0 > 30.8 + 1
+    ("reformer", True): [(0.250, 0.150)],  # 25.0 < 30.5 - 1
+    ("exact", False): [(0.330, 0.250)],
+    ("performer_softmax", False): [(0.335, 0.240)],
+    ("performer_relu", False): [(0.360, 0.260)],
+    ("linformer", False): [(0.280, 0.230)],
+}
+
+
+def test_claims_reproduced(tmp_path, make_run):
+  rows = _verdicts(tmp_path, _runs(make_run, AS_PAPER))
+  assert {r["verdict"] for r in rows.values()} == {"reproduced"}, rows
+  softmax = rows["Performer-softmax matches the Transformer"]
+  assert softmax["tolerance (pp)"] == "1.00"
+  assert softmax["ours"] == "(U) 30.80 vs 30.50; (B) 33.50 vs 33.00"
+  assert softmax["paper"].startswith("(B) 33.00 vs 33.32")
+  assert "(U) |diff| 0.30 <= tol" in softmax["reason"]
+  assert "+2.20 pp" in rows["Performer-ReLU is the best"]["reason"]  # 33.0 - 30.8
+  assert "Reformer (U) drops (-5.50 pp" in rows["Reformer and Linformer drop in accuracy"]["reason"]
+  ood = rows["OOD accuracy follows test accuracy"]
+  assert "Spearman 1.00" in ood["reason"] and "(U) Transformer 30.50 -> 20.50" in ood["ours"]
+  assert "(U) Transformer" in (tmp_path / "claims.md").read_text().split("measured on")[1]
+  assert [r["verdict"] for r in _csv(tmp_path / "claims.csv")] == ["reproduced"] * 4
+  assert float(_csv(tmp_path / "claims.csv")[0]["tolerance (pp)"]) == pytest.approx(1.0)
+
+
+def test_claims_not_reproduced(tmp_path, make_run):
+  models = {
+      ("exact", True): [(0.300, 0.310), (0.310, 0.320)],  # OOD above test
+      ("performer_softmax", True): [(0.350, 0.200)],  # 4.5 points off
+      ("performer_relu", True): [(0.200, 0.300)],  # the worst
+      ("reformer", True): [(0.320, 0.100)],  # higher than the Transformer
+      ("exact", False): [(0.330, 0.250)],
+      ("performer_softmax", False): [(0.250, 0.260)],
+      ("performer_relu", False): [(0.240, 0.300)],
+      ("linformer", False): [(0.340, 0.100)],
+  }
+  rows = _verdicts(tmp_path, _runs(make_run, models))
+  assert {r["verdict"] for r in rows.values()} == {"not reproduced"}, rows
+  assert "Spearman -" in rows["OOD accuracy follows test accuracy"]["reason"]
+
+
+def test_claims_in_part_and_not_tested(tmp_path, make_run):
+  models = dict(AS_PAPER)
+  models[("performer_softmax", False)] = [(0.300, 0.240)]  # (B): 3 points off
+  models[("performer_relu", False)] = [(0.3355, 0.260)]  # (B): within 1 of the Transformer's 33
+  del models[("linformer", False)]
+  rows = _verdicts(tmp_path, _runs(make_run, models))
+  assert rows["Performer-softmax matches the Transformer"]["verdict"] == "reproduced in part"
+  assert rows["Performer-ReLU is the best"]["verdict"] == "reproduced in part"
+  assert "(B) tied" in rows["Performer-ReLU is the best"]["reason"]
+  drop = rows["Reformer and Linformer drop in accuracy"]
+  assert drop["verdict"] == "reproduced in part"
+  assert "Linformer (B) vs Transformer not tested" in drop["reason"]
+
+  only_relu = _runs(make_run, {("performer_relu", True): [(0.3, None)]}, root="alone")
+  rows = _verdicts(tmp_path, only_relu)
+  assert {r["verdict"] for r in rows.values()} == {"not tested"}
+  for row in rows.values():  # one seed each: no spread, tol = 0, said in every reason
+    assert row["tolerance (pp)"] == "0.00" and "no seed spread measured" in row["reason"]
+
+
+def test_claims_ood_in_part_without_enough_models(tmp_path, make_run):
+  models = {("exact", True): [(0.30, 0.20)], ("performer_relu", True): [(0.32, 0.21)]}
+  rows = _verdicts(tmp_path, _runs(make_run, models))
+  ood = rows["OOD accuracy follows test accuracy"]
+  assert ood["verdict"] == "reproduced in part"  # OOD < test holds; ranks need 3 models
+  assert "needs >= 3 models, has 2" in ood["reason"]
+
+
+def test_spearman_matches_scipy_with_ties():
+  scipy_stats = pytest.importorskip("scipy.stats")
+  x, y = [3.0, 1.0, 2.0, 2.0, 5.0], [0.5, 0.1, 0.4, 0.2, 0.4]
+  assert claims.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
+  assert claims.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_paper_table2_matches_paper_facts():
+  # PAPER_FACTS.md, Table 2 (U) test line and (B) OOD softmax.
+  assert paper.TABLE2[("U", "Transformer")]["test"] == (30.80, 9.37)
+  assert paper.TABLE2[("B", "Performer-softmax")]["ood"] == (23.48, 12.41)
+  assert paper.TABLE1_SINGLE["train"]["count"] == 104_863_744
+
+
+# ---- help -------------------------------------------------------------------
+
+def test_help_lists_every_figure_with_one_line():
+  parser = cli._parser()
+  for text in (parser.format_help(), parser.subparsers.choices["figure"].format_help()):
+    lines = text.splitlines()
+    for name, summary in figures.SUMMARIES.items():
+      assert any(line.split() and line.split()[0] == name and line.endswith(summary)
+                 for line in lines), (name, text)
+  assert set(figures.SUMMARIES) == set(figures.FIGURES)

@@ -1,0 +1,97 @@
+"""scripts/reproduce.sh end to end at the tiny budget, and scripts/get_swissprot.sh's arguments."""
+
+import csv
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERIMENTS = ["u_exact", "u_performer_relu", "u_performer_softmax", "u_reformer", "b_exact",
+               "b_performer_relu", "b_performer_softmax", "b_linformer", "u_exact_seed1",
+               "u_performer_relu_seed1"]
+CLAIMS = ["Performer-softmax matches the Transformer", "Performer-ReLU is the best",
+          "Reformer and Linformer drop in accuracy", "OOD accuracy follows test accuracy"]
+VERDICTS = {"reproduced", "reproduced in part", "not reproduced", "not tested"}
+
+
+def _reproduce(*args):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  return subprocess.run(["bash", "scripts/reproduce.sh", "--budget", "tiny", *args], cwd=ROOT,
+                        env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  runs = tmp_path_factory.mktemp("reproduce")
+  done = _reproduce("--runs", str(runs))
+  assert done.returncode == 0, done.stderr[-3000:]
+  return runs, done.stdout
+
+
+def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
+  runs, _ = tiny
+  for name in EXPERIMENTS:
+    config = json.load(open(runs / name / "config.json"))
+    assert config["train"]["steps"] == 3 and config["train"]["seed"] == (1 if "seed1" in name else 0)
+    assert config["model"]["causal"] == name.startswith("u_")
+    for split in ("test", "ood"):
+      result = json.load(open(runs / name / f"eval_{split}.json"))
+      assert result["step"] == 3 and result["split"] == split and result["tokens"] > 0
+  assert json.load(open(runs / "b_linformer" / "config.json"))["model"]["attention_options"] == \
+      {"num_projections": 16}
+
+
+def test_every_table_figure_and_verdict_row_is_written(tiny):
+  runs, stdout = tiny
+  results = runs / "results"
+  for name in ("table1", "table2", "claims"):
+    assert (results / f"{name}.md").stat().st_size > 0
+  for metric in ("accuracy", "perplexity"):
+    assert (results / f"fig6_{metric}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  table2 = list(csv.DictReader(open(results / "table2.csv")))
+  by_run = {row["run"]: row for row in table2 if row["run"] in EXPERIMENTS}
+  assert sorted(by_run) == sorted(EXPERIMENTS)
+  for name in EXPERIMENTS:  # the table holds the eval files' numbers
+    test = json.load(open(runs / name / "eval_test.json"))
+    ood = json.load(open(runs / name / "eval_ood.json"))
+    row = by_run[name]
+    assert float(row["test accuracy %"]) == pytest.approx(100 * test["accuracy"])
+    assert float(row["OOD perplexity"]) == pytest.approx(ood["perplexity"])
+  claims = list(csv.DictReader(open(results / "claims.csv")))
+  assert [row["claim"] for row in claims] == CLAIMS
+  assert all(row["verdict"] in VERDICTS and row["reason"] for row in claims)
+  assert "not tested" not in {row["verdict"] for row in claims}  # every model was run
+  table1 = list(csv.DictReader(open(results / "table1.csv")))
+  stats = json.load(open(runs / "data" / "sample" / "stats.json"))
+  ours = {row["split"]: row for row in table1 if row["source"] == "ours" and row["dataset"] == "TrEMBL"}
+  assert int(ours["ood"]["sequences / chunks"]) == stats["single"]["ood"]["count"] > 0
+  assert "done:" in stdout
+
+
+def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
+  runs, _ = tiny
+  done = _reproduce("--runs", str(runs), "--only", "u_exact")
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "is complete" in done.stdout and "eval" not in done.stdout.replace("evaluated", "")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "huge"], "--budget must be tiny, mini or paper"),
+    (["--only", "u_nothing"], "no experiment u_nothing"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--frobnicate"], "unknown argument --frobnicate"),
+])
+def test_reproduce_refuses_bad_arguments(args, message):
+  done = subprocess.run(["bash", "scripts/reproduce.sh", *args], cwd=ROOT, capture_output=True,
+                        text=True, check=False)
+  assert done.returncode == 2 and done.stderr.strip().startswith(f"error: {message}")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "usage:"), (["out.fasta"], "OUT must end in .gz"), (["o.gz", "--ftp"], "usage:")])
+def test_get_swissprot_refuses_bad_arguments(args, message):
+  done = subprocess.run(["bash", "scripts/get_swissprot.sh", *args], cwd=ROOT, capture_output=True,
+                        text=True, check=False)
+  assert done.returncode == 2 and message in done.stderr
