@@ -114,16 +114,17 @@ def _label_pfam(args):
   cfg = pfam.LabelConfig(inputs=tuple(args.inputs), hmms=hmms, sample=args.sample,
                          ood_fraction=args.ood_fraction, seed=args.seed, cpus=args.cpus)
   if os.path.exists(args.out) and not args.force:
-    print(f"{args.out} exists; nothing to do (--force to label again)")
+    done = pfam.finished(cfg, args.out)  # UserError if it holds other labels
+    print(f"{args.out} holds these labels already ({done['held_out_sequences']:,} held-out "
+          f"sequences); nothing to do (--force labels again)")
     return
   s = pfam.label(cfg, args.out)
   print(f"{s['sample']:,} of {s['sequences']:,} sequences surveyed with {s['hmms']:,} HMMs: "
         f"{s['families_in_survey']:,} families hit; held out {len(s['held_out_families'])} "
         f"families, {s['held_out_sequences']:,} sequences")
-  folder = os.path.dirname(os.path.abspath(args.out))
-  print(f"wrote {args.out}, {args.out}.json and {os.path.join(folder, 'held_out.txt')}; use: "
+  print(f"wrote {args.out}, {args.out}.json and {args.out}.held_out.txt; use: "
         f"performer prepare-trembl ... --families {args.out} "
-        f"--ood-families \"$(cat {os.path.join(folder, 'held_out.txt')})\"")
+        f"--ood-families \"$(cat {args.out}.held_out.txt)\"")
 
 
 def _prepare_pg19(args):
@@ -324,13 +325,13 @@ def _parser():
   p.add_argument("inputs", nargs="+", help="FASTA files (plain or .gz)")
   p.add_argument("--out", required=True,
                  help="the 'accession family' table to write (.gz for gzip); <out>.json and "
-                      "held_out.txt are written beside it")
+                      "<out>.held_out.txt are written beside it")
   p.add_argument("--hmms", default=None, help="Pfam-A HMM file (Pfam-A.hmm or pressed .h3m)")
   p.add_argument("--gecco", action="store_true",
                  help="use the 2,766 Pfam-A 35.0 HMMs shipped in the gecco 0.11.0 wheel "
                       "(fetched from PyPI once; gecco is not installed)")
   p.add_argument("--sample", type=int, default=20_000,
-                 help="sequences surveyed with every HMM (default 20000; ~330 s on 2 cores)")
+                 help="sequences surveyed with every HMM (default 20000: about 3 min on 2 cores)")
   p.add_argument("--ood-fraction", type=float, default=0.01,
                  help="share of all sequences to hold out as whole families (default 0.01)")
   p.add_argument("--seed", type=int, default=0, help="salt of the sample and family order")

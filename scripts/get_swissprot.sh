@@ -20,11 +20,16 @@ set -euo pipefail
 
 usage() { echo "usage: $0 OUT.fasta.gz [--debian]" >&2; exit 2; }
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
+case "$1" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; -*) usage ;; esac
 out=$1
 route=${2:-download}
 case "$route" in download|--download) route=download ;; --debian) route=debian ;; *) usage ;; esac
 case "$out" in *.gz) ;; *) echo "error: OUT must end in .gz (the output is gzip FASTA), got $out" >&2; exit 2 ;; esac
-if [ -e "$out" ]; then echo "$out exists; nothing to do (delete it to fetch again)"; exit 0; fi
+if [ -s "$out" ] && gzip -t "$out" 2> /dev/null; then
+  echo "$out exists; nothing to do (delete it to fetch again)"; exit 0
+elif [ -e "$out" ]; then
+  echo "error: $out exists but is not a complete gzip file; delete it and run again" >&2; exit 1
+fi
 mkdir -p "$(dirname "$out")"
 
 if [ "$route" = download ]; then

@@ -24,6 +24,9 @@ cd "$(dirname "$0")/.."
 
 budget=mini only="" steps="" runs="" results="" data="" extra=()
 while [ $# -gt 0 ]; do
+  case "$1" in --budget|--only|--steps|--runs|--results|--data|--gin_param)
+    [ $# -ge 2 ] && [ -n "$2" ] || { echo "error: $1 needs a value (see --help)" >&2; exit 2; } ;;
+  esac
   case "$1" in
     --budget) budget=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
@@ -44,6 +47,10 @@ runs=${runs:-runs/reproduce/$budget}
 if [ -z "$results" ]; then
   if [ "$budget" = mini ]; then results=results; else results=$runs/results; fi
 fi
+for folder in "$runs" "$results"; do  # before any work, not after hours of it
+  mkdir -p "$folder" 2> /dev/null && [ -w "$folder" ] || {
+    echo "error: cannot write to folder $folder (--runs / --results)" >&2; exit 2; }
+done
 
 # The experiments of Fig. 6 / Table 2: (U) Transformer, Performer-softmax, Performer-ReLU,
 # Reformer; (B) Transformer, Performer-softmax, Performer-ReLU, Linformer. A second seed of the
@@ -64,6 +71,16 @@ fi
 
 [ -x .venv/bin/performer ] || bash scripts/setup.sh
 .venv/bin/python -c "import pyhmmer" 2> /dev/null || .venv/bin/python -m pip install --quiet -e '.[labels]'
+if [ -n "$data" ] && ! .venv/bin/python - "$data" 2> /dev/null <<'PY'
+import json, sys
+stats = json.load(open(sys.argv[1] + "/stats.json"))
+sys.exit(0 if stats["single"]["ood"]["count"] > 0 else 1)
+PY
+then
+  echo "error: --data $data is not a prepare-trembl dataset with an OOD split (prepare it with" \
+       "--families; see data/README.md)" >&2
+  exit 2
+fi
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
 # Every run and eval is a new process compiling much the same programs: JAX's persistent
 # compilation cache keeps them (an eval of the tiny budget: 16 s without, 7 s with).
@@ -72,18 +89,33 @@ export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_CO
 performer=.venv/bin/performer
 say() { echo "[reproduce $budget $(date +%H:%M:%S)] $*"; }
 
+# Each step runs in the background and is waited for, so that a SIGTERM or Ctrl-C given to
+# this script reaches it: train then saves a checkpoint after its step, and a re-run resumes.
+child=""
+trap '[ -z "$child" ] || kill -TERM "$child" 2> /dev/null' TERM INT
+run() {
+  "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  while kill -0 "$child" 2> /dev/null; do wait "$child" || rc=$?; done  # a trap ended the wait
+  child=""
+  [ "$rc" -eq 0 ] || { say "stopped: $1 ${2:-} exited with status $rc; run the same command to resume"; exit "$rc"; }
+}
+
 # --- data: FASTA -> Pfam labels -> prepared dataset with an OOD split of held-out families ---
 if [ -n "$data" ]; then
-  [ -f "$data/stats.json" ] || { echo "error: --data $data is not a prepared dataset (no stats.json)" >&2; exit 2; }
+  :  # checked above
 elif [ "$budget" = tiny ]; then
   data=$runs/data/sample
   if [ ! -f "$data/stats.json" ]; then
     fasta=$(.venv/bin/python -c "from performer.data import samples; print(samples.fetch('protein'))")
     say "labels: Pfam HMM search of the sample proteome"
-    $performer label-pfam "$fasta" --gecco --sample 300 --ood-fraction 0.05 --out "$runs/data/labels.tsv.gz"
+    run $performer label-pfam "$fasta" --gecco --sample 300 --ood-fraction 0.05 --out "$runs/data/labels.tsv.gz"
     say "data: prepare-trembl"
-    $performer prepare-trembl "$fasta" --valid-fraction 0.05 --test-fraction 0.05 \
-        --families "$runs/data/labels.tsv.gz" --ood-families "$(cat "$runs/data/held_out.txt")" --out "$data" > /dev/null
+    run $performer prepare-trembl "$fasta" --valid-fraction 0.05 --test-fraction 0.05 --families \
+        "$runs/data/labels.tsv.gz" --ood-families "$(cat "$runs/data/labels.tsv.gz.held_out.txt")" \
+        --out "$data" > /dev/null
   fi
 else
   data=runs/data/swissprot
@@ -92,12 +124,12 @@ else
     route=--debian
     [ "${SWISSPROT_ROUTE:-debian}" = download ] && route=--download
     say "data: Swiss-Prot ($route)"
-    bash scripts/get_swissprot.sh "$fasta" $route
+    run bash scripts/get_swissprot.sh "$fasta" $route
     say "labels: Pfam HMM search (survey of 20,000 sequences, then the held-out families in all)"
-    $performer label-pfam "$fasta" --gecco --out runs/data/swissprot-pfam/labels.tsv.gz
+    run $performer label-pfam "$fasta" --gecco --out runs/data/swissprot-pfam/labels.tsv.gz
     say "data: prepare-trembl"
-    $performer prepare-trembl "$fasta" --families runs/data/swissprot-pfam/labels.tsv.gz \
-        --ood-families "$(cat runs/data/swissprot-pfam/held_out.txt)" --out "$data" > /dev/null
+    run $performer prepare-trembl "$fasta" --families runs/data/swissprot-pfam/labels.tsv.gz \
+        --ood-families "$(cat runs/data/swissprot-pfam/labels.tsv.gz.held_out.txt)" --out "$data" > /dev/null
   fi
 fi
 
@@ -129,7 +161,7 @@ for name in "${chosen[@]}"; do
   workdir=$runs/$name
   say "[$i/${#chosen[@]}] $name: train ($workdir)"
   # shellcheck disable=SC2046  # the bindings are words on purpose
-  $performer train $(bindings "$name") ${extra[@]+"${extra[@]}"} --workdir "$workdir"
+  run $performer train $(bindings "$name") ${extra[@]+"${extra[@]}"} --workdir "$workdir"
   todo=()
   for split in test ood; do  # skip a split evaluated since the last checkpoint
     [ "$workdir/eval_$split.json" -nt "$workdir/checkpoints" ] || todo+=("$split")
@@ -137,12 +169,11 @@ for name in "${chosen[@]}"; do
   if [ ${#todo[@]} -gt 0 ]; then
     splits=$(IFS=,; echo "${todo[*]}")
     say "[$i/${#chosen[@]}] $name: eval $splits"
-    $performer eval --workdir "$workdir" --split "$splits" > /dev/null
+    run $performer eval --workdir "$workdir" --split "$splits" > /dev/null
   fi
 done
 
 # --- tables, figures and verdicts, from the run folders alone ---
-mkdir -p "$results"
 all=()
 for name in "${experiments[@]}"; do [ -f "$runs/$name/eval_test.json" ] && all+=("$runs/$name"); done
 say "figures -> $results/"

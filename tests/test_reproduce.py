@@ -65,7 +65,7 @@ def test_every_table_figure_and_verdict_row_is_written(tiny):
   assert "not tested" not in {row["verdict"] for row in claims}  # every model was run
   table1 = list(csv.DictReader(open(results / "table1.csv")))
   stats = json.load(open(runs / "data" / "sample" / "stats.json"))
-  ours = {row["split"]: row for row in table1 if row["source"] == "ours" and row["dataset"] == "TrEMBL"}
+  ours = {row["split"]: row for row in table1 if row["source"] == "ours" and row["task"] == "single"}
   assert int(ours["ood"]["sequences / chunks"]) == stats["single"]["ood"]["count"] > 0
   assert "done:" in stdout
 
@@ -82,6 +82,10 @@ def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
     (["--only", "u_nothing"], "no experiment u_nothing"),
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--frobnicate"], "unknown argument --frobnicate"),
+    (["--only"], "--only needs a value"),
+    (["--only", ""], "--only needs a value"),
+    (["--data", "/nonexistent"], "--data /nonexistent is not a prepare-trembl dataset with an OOD split"),
+    (["--runs", "/proc/x"], "cannot write to folder /proc/x"),
 ])
 def test_reproduce_refuses_bad_arguments(args, message):
   done = subprocess.run(["bash", "scripts/reproduce.sh", *args], cwd=ROOT, capture_output=True,

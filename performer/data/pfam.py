@@ -18,8 +18,9 @@ per 20,000 sequences and 2,766 HMMs on 2 cores), so it runs in two stages:
 
 The output is the two-column `accession family` text that `--families`
 reads (one line per sequence and family hit, gzip when the name ends in .gz),
-with the survey's hits and the complete held-out hits; `held_out.txt` beside
-it lists the held-out families for `prepare-trembl --ood-families`.
+with the survey's hits and the complete held-out hits; `<out>.held_out.txt`
+lists the held-out families for `prepare-trembl --ood-families`, and
+`<out>.json` the options and counts.
 """
 
 import dataclasses
@@ -149,15 +150,21 @@ def choose_held_out(survey, sample_size, total, cfg):
 
 
 def label(cfg, out, *, progress=True):
-  """Writes the `accession family` table to out, held_out.txt and out.json beside it.
+  """Writes the `accession family` table to out, and <out>.held_out.txt and <out>.json.
 
   Returns:
     the summary dict written to <out>.json: counts of sequences, families hit
     in the survey, held-out families and their sequences.
 
   Raises:
-    UserError: bad FASTA or HMM file, or an unwritable out.
+    UserError: bad FASTA or HMM file, DNA/RNA input, or an unwritable out (checked first).
   """
+  atomic.check_writable(out)
+  for path in cfg.inputs:
+    share, seen = fasta.nucleotide_share(path)
+    if seen and share > fasta.NUCLEOTIDE_LIMIT:
+      raise UserError(f"{path}: {100 * share:.0f}% of the first {seen:,} residues are A, C, G, T, "
+                      f"U or N: this looks like DNA/RNA, not protein")
   hmms = load_hmms(cfg.hmms)
   sequences = list(tqdm(read_sequences(cfg.inputs), desc="reading", unit=" seq",
                         mininterval=5, disable=not progress))
@@ -175,8 +182,7 @@ def label(cfg, out, *, progress=True):
              "hmms": len(hmms), "families_in_survey": len(survey),
              "sample_sequences_with_a_hit": len(set().union(*survey.values())) if survey else 0,
              "held_out_families": held, "held_out_sequences": len(ood), "rows": len(rows)}
-  folder = os.path.dirname(os.path.abspath(out))
-  with atomic.atomic_path(os.path.join(folder, "held_out.txt")) as tmp:
+  with atomic.atomic_path(out + ".held_out.txt") as tmp:
     with open(tmp, "w", encoding="utf-8") as f:
       f.write(",".join(held) + "\n")
   with atomic.atomic_path(out + ".json") as tmp:
@@ -186,4 +192,24 @@ def label(cfg, out, *, progress=True):
     opener = gzip.open if out.endswith(".gz") else open
     with opener(tmp, "wt", encoding="utf-8") as f:
       f.writelines(f"{acc}\t{fam}\n" for acc, fam in rows)
+  return summary
+
+
+def finished(cfg, out):
+  """The summary of the labels already at `out` when they were made with cfg's options.
+
+  Raises:
+    UserError: out is not such a file (a folder, a table without its <out>.json, or labels
+      of other inputs or options).
+  """
+  try:
+    with open(out + ".json", encoding="utf-8") as f:
+      summary = json.load(f)
+  except (OSError, ValueError):
+    raise UserError(f"{out} exists but is not a finished label-pfam output (no readable "
+                    f"{out}.json); --force to label again") from None
+  wanted = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON gives them back
+  if not os.path.isfile(out) or summary.get("config") != wanted:
+    raise UserError(f"{out} holds labels of other inputs or options (see {out}.json); "
+                    f"--force to label again")
   return summary

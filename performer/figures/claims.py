@@ -201,6 +201,17 @@ def rows(loaded):
   return table, source
 
 
+def _below_baseline(loaded):
+  """A warning naming the models that do not beat the empirical baseline on test, if any."""
+  below = sorted({f"({d}) {label}" for (d, label), group in runs.by_model(loaded).items()
+                  for r in group if r.value("test", "accuracy") is not None
+                  and r.value("test", "accuracy") <= (r.value("test", "baseline_accuracy") or 0)})
+  if not below:
+    return []
+  return [f"Warning: {', '.join(below)} do not beat the empirical-frequency baseline on test; "
+          "verdicts involving them compare models that learnt nothing beyond residue frequencies."]
+
+
 def render(run_dirs, out_path):
   """Reads run folders and writes the claims table to out_path (Markdown) and its .csv twin.
 
@@ -213,7 +224,7 @@ def render(run_dirs, out_path):
   csv_path(out_path)  # a wrong --out fails before reading
   loaded = runs.load_runs(run_dirs)
   table, source = rows(loaded)
-  notes = [
+  notes = [*_below_baseline(loaded), 
       "Ours: mean test accuracy % over the seeds with an eval_test.json of each (direction, "
       "model); pp = percentage points. " + runs.SCORED,
       (f"Tolerance: the largest seed spread (max - min test accuracy), measured on {source}."

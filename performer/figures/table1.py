@@ -16,7 +16,7 @@ from performer.figures.tables import Column, cell, csv_path, write_table
 
 SPLITS = ("train", "valid", "test", "ood")
 FIELDS = ("min", "max", "mean", "std", "median")
-COLUMNS = (Column("dataset"), Column("split"), Column("source"),
+COLUMNS = (Column("task"), Column("split"), Column("source"),
            Column("sequences / chunks", "{:,.0f}"), Column("min", "{:,.0f}"),
            Column("max", "{:,.0f}"), Column("mean", "{:,.2f}"), Column("std", "{:,.2f}"),
            Column("median", "{:,.2f}"))
@@ -69,9 +69,9 @@ def render(input_path, out_path):
     if ours is None and split not in paper.TABLE1_SINGLE:
       continue
     ours = ours or {}
-    rows.append(["TrEMBL", split, "ours", ours.get("count")] + [ours.get(f) for f in FIELDS])
+    rows.append(["single", split, "ours", ours.get("count")] + [ours.get(f) for f in FIELDS])
     theirs = paper.TABLE1_SINGLE.get(split, {})
-    rows.append(["TrEMBL", split, "paper", theirs.get("count")] + [theirs.get(f) for f in FIELDS])
+    rows.append(["single", split, "paper", theirs.get("count")] + [theirs.get(f) for f in FIELDS])
   notes = [(f"Ours: {path}. Lengths are residues per sequence before clipping to "
             f"L = {stats.get('single_clipped_to', '?')}; std is the population standard "
             "deviation."),
@@ -85,11 +85,11 @@ def render(input_path, out_path):
         continue
       if isinstance(ours, dict) and ours.get("count"):
         n = ours.get("length")
-        rows.append(["TrEMBL (concat)", split, "ours", ours["count"], n, n, n, 0, n])
+        rows.append(["concat", split, "ours", ours["count"], n, n, n, 0, n])
       else:
-        rows.append(["TrEMBL (concat)", split, "ours", (ours or {}).get("count")] + [None] * 5)
+        rows.append(["concat", split, "ours", (ours or {}).get("count")] + [None] * 5)
       n = paper.CONCAT_LEN if count is not None else None
-      rows.append(["TrEMBL (concat)", split, "paper", count, n, n, n, 0 if n else None, n])
+      rows.append(["concat", split, "paper", count, n, n, n, 0 if n else None, n])
     notes.append("Concat: EOS-joined sequences cut into chunks of exactly the chunk length; the "
                  "paper builds only train and valid chunks.")
   else:
@@ -99,5 +99,5 @@ def render(input_path, out_path):
   if all(v is not None for v in records.values()):
     read, kept, dropped = (cell(v, "{:,}") for v in records.values())
     notes.append(f"Ours: {read} records read, {kept} kept, duplicates dropped: {dropped}.")
-  return write_table(out_path, "Table 1: TrEMBL statistics, ours beside the paper's", COLUMNS,
-                     rows, notes)
+  return write_table(out_path, "Table 1: protein dataset statistics, ours beside the paper's TrEMBL",
+                     COLUMNS, rows, notes)

@@ -3,7 +3,7 @@
 Running it again on a workdir continues from the latest checkpoint: the
 input pipeline position, dropout and random features are functions of the
 step, so a killed and resumed run ends exactly where an uninterrupted one
-does. Ctrl-C stops after the current step and saves a checkpoint first.
+does. Ctrl-C or SIGTERM stops after the current step and saves a checkpoint first.
 Defaults follow App. A.2: Adam(b1 0.9, b2 0.98, eps 1e-9), learning
 rate 1e-3, gradient clipping 0.5, weight decay 0.1, dropout 0.1.
 """
@@ -106,7 +106,7 @@ def run(workdir, *, progress=True):
   Raises:
     UserError: bad data, configuration or workdir, or another run holding
       the workdir; TrainingDiverged on a NaN or Inf; KeyboardInterrupt after
-      saving a checkpoint on Ctrl-C.
+      saving a checkpoint on Ctrl-C or SIGTERM.
   """
   # --- Set-up: configs, model, optimizer, data ----------------------------------
   if os.path.exists(workdir) and not os.path.isdir(workdir):
@@ -232,26 +232,34 @@ def _kept(step):
 
 @contextlib.contextmanager
 def _ctrl_c_stops_after_the_step():
-  """Yields a list that the first Ctrl-C makes non-empty; a second one interrupts at once.
+  """Yields a list that the first Ctrl-C or SIGTERM fills; a second Ctrl-C interrupts at once.
 
   A KeyboardInterrupt raised mid-step could leave the model half-updated,
-  so the loop saves and stops at the next step boundary instead.
+  so the loop saves and stops at the next step boundary instead. SIGTERM
+  (a scheduler's preemption, a session's end, reproduce.sh stopped) does
+  the same, so that it also leaves a checkpoint to resume from.
   """
   stop = []
   if threading.current_thread() is not threading.main_thread():  # signals reach the main one only
     yield stop
     return
+  previous = {}
 
   def request(signum, frame):  # pylint: disable=unused-argument
     stop.append(signum)
-    signal.signal(signal.SIGINT, previous)
-    print("\nCtrl-C: saving a checkpoint after this step (Ctrl-C again to quit without)",
+    signal.signal(signum, previous[signum])  # each signal once; the next acts as before
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    print(f"\n{name}: saving a checkpoint after this step (Ctrl-C again to quit without)",
           file=sys.stderr)
 
-  previous = signal.signal(signal.SIGINT, request)
-  if previous is None:  # a handler installed outside Python
-    previous = signal.default_int_handler
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    previous[signum] = signal.signal(signum, request)
+  if previous[signal.SIGINT] is None:  # a handler installed outside Python
+    previous[signal.SIGINT] = signal.default_int_handler
+  if previous[signal.SIGTERM] is None:
+    previous[signal.SIGTERM] = signal.SIG_DFL
   try:
     yield stop
   finally:
-    signal.signal(signal.SIGINT, previous)
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)

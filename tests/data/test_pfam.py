@@ -1,5 +1,6 @@
 """label-pfam on the real sample proteome with the real Pfam-A HMMs (gecco 0.11.0 wheel)."""
 
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -76,6 +77,20 @@ def test_bad_input_is_one_line(tmp_path, args, message):
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(f"performer label-pfam: error: {message}"), lines
   assert not (tmp_path / "l.tsv").exists()
+
+
+def test_dna_an_unwritable_out_and_other_labels_are_refused_before_any_search(labelled, tmp_path):
+  dna = tmp_path / "dna.fa"
+  dna.write_text(">r1\n" + "ACGTTGCAAC" * 60 + "\n")
+  cfg = pfam.LabelConfig(inputs=(str(dna),), hmms="/nonexistent.h3m")  # never read: refused first
+  with pytest.raises(UserError, match="dna.fa: 100% of the first 600 residues .* looks like DNA"):
+    pfam.label(cfg, str(tmp_path / "l.tsv"), progress=False)
+  with pytest.raises(UserError, match="is a folder"):
+    pfam.label(dataclasses.replace(cfg, inputs=labelled[0].inputs), str(tmp_path), progress=False)
+  done_cfg, out, summary, _ = labelled
+  assert pfam.finished(done_cfg, str(out)) == json.loads(json.dumps(summary))
+  with pytest.raises(UserError, match="holds labels of other inputs or options"):
+    pfam.finished(dataclasses.replace(done_cfg, seed=1), str(out))
 
 
 def test_a_file_that_is_not_fasta_is_named(tmp_path):

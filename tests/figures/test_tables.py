@@ -54,27 +54,27 @@ def _dataset(tmp_path, stats=STATS):
 
 def test_table1_puts_ours_beside_the_paper(tmp_path):
   md, table_csv = figures.render("table1", _dataset(tmp_path), str(tmp_path / "t1.md"))
-  rows = {(r["dataset"], r["split"], r["source"]): r for r in _table(tmp_path / "t1.md")}
-  train = rows[("TrEMBL", "train", "ours")]
+  rows = {(r["task"], r["split"], r["source"]): r for r in _table(tmp_path / "t1.md")}
+  train = rows[("single", "train", "ours")]
   assert [train[k] for k in ("sequences / chunks", "min", "max", "mean", "std", "median")] == [
       "1,234", "3", "5,011", "300.50", "120.25", "280.00"]
-  assert rows[("TrEMBL", "valid", "ours")]["median"] == "290.50"
-  assert rows[("TrEMBL", "test", "ours")]["sequences / chunks"] == "0"
-  assert rows[("TrEMBL", "test", "ours")]["mean"] == "-"
-  assert rows[("TrEMBL", "train", "paper")]["sequences / chunks"] == "104,863,744"
-  assert rows[("TrEMBL", "ood", "paper")]["median"] == "200.00"
+  assert rows[("single", "valid", "ours")]["median"] == "290.50"
+  assert rows[("single", "test", "ours")]["sequences / chunks"] == "0"
+  assert rows[("single", "test", "ours")]["mean"] == "-"
+  assert rows[("single", "train", "paper")]["sequences / chunks"] == "104,863,744"
+  assert rows[("single", "ood", "paper")]["median"] == "200.00"
   # No OOD split: "-" and a note saying why, not a crash.
-  assert set(rows[("TrEMBL", "ood", "ours")].values()) == {"TrEMBL", "ood", "ours", "-"}
+  assert set(rows[("single", "ood", "ours")].values()) == {"single", "ood", "ours", "-"}
   assert "no family mapping given" in (tmp_path / "t1.md").read_text()
-  assert rows[("TrEMBL (concat)", "train", "ours")]["sequences / chunks"] == "45"
-  assert rows[("TrEMBL (concat)", "train", "paper")]["sequences / chunks"] == "4,532,224"
-  assert rows[("TrEMBL (concat)", "test", "paper")]["sequences / chunks"] == "-"
+  assert rows[("concat", "train", "ours")]["sequences / chunks"] == "45"
+  assert rows[("concat", "train", "paper")]["sequences / chunks"] == "4,532,224"
+  assert rows[("concat", "test", "paper")]["sequences / chunks"] == "-"
   # The CSV has the same rows, numbers unformatted, missing values empty.
   assert table_csv == str(tmp_path / "t1.csv") and md == str(tmp_path / "t1.md")
-  by_key = {(r["dataset"], r["split"], r["source"]): r for r in _csv(table_csv)}
-  assert by_key[("TrEMBL", "train", "ours")]["sequences / chunks"] == "1234"
-  assert by_key[("TrEMBL", "train", "ours")]["std"] == "120.25"
-  assert by_key[("TrEMBL", "ood", "ours")]["mean"] == ""
+  by_key = {(r["task"], r["split"], r["source"]): r for r in _csv(table_csv)}
+  assert by_key[("single", "train", "ours")]["sequences / chunks"] == "1234"
+  assert by_key[("single", "train", "ours")]["std"] == "120.25"
+  assert by_key[("single", "ood", "ours")]["mean"] == ""
   assert len(by_key) == len(rows)
 
 
@@ -84,8 +84,8 @@ def test_table1_shows_an_ood_split_when_present(tmp_path):
                             "median": 210.0}
   stats["ood"] = {"families_in_mapping": 40, "families_held_out": 2, "held_out": ["PF1", "PF2"]}
   figures.render("table1", _dataset(tmp_path, stats), str(tmp_path / "t1.md"))
-  rows = {(r["dataset"], r["split"], r["source"]): r for r in _table(tmp_path / "t1.md")}
-  assert rows[("TrEMBL", "ood", "ours")]["sequences / chunks"] == "17"
+  rows = {(r["task"], r["split"], r["source"]): r for r in _table(tmp_path / "t1.md")}
+  assert rows[("single", "ood", "ours")]["sequences / chunks"] == "17"
   assert "2 of 40 families held out" in (tmp_path / "t1.md").read_text()
 
 
@@ -307,3 +307,15 @@ def test_help_lists_every_figure_with_one_line():
       assert any(line.split() and line.split()[0] == name and line.endswith(summary)
                  for line in lines), (name, text)
   assert set(figures.SUMMARIES) == set(figures.FIGURES)
+
+
+def test_claims_warn_about_models_at_or_below_the_empirical_baseline(tmp_path, make_run):
+  below = make_run("u_exact", "exact", causal=True, test=(0.094, 18.0))  # baseline 0.095
+  above = make_run("u_relu", "performer_relu", causal=True, test=(0.12, 16.0))
+  from performer.figures import claims  # pylint: disable=import-outside-toplevel
+  md, _ = claims.render([below, above], str(tmp_path / "c.md"))
+  warnings = [l for l in open(md).read().splitlines() if "Warning" in l]
+  assert len(warnings) == 1 and "(U) Transformer do not beat" in warnings[0]
+  assert "Performer-ReLU" not in warnings[0]
+  md, _ = claims.render([above], str(tmp_path / "d.md"))
+  assert "Warning" not in open(md).read()

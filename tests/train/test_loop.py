@@ -330,7 +330,8 @@ def test_mlm_proportions_come_from_the_data_config(data):
                                         targets[selected & (inputs != tokens[3])]).all()
 
 
-def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(data, tmp_path):
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])  # Ctrl-C; a scheduler or reproduce.sh
+def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(data, tmp_path, signame):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -348,7 +349,7 @@ def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(da
     second = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
     assert second.returncode == 2
     assert f"--workdir {tmp_path} is in use by pid {proc.pid} " in second.stderr.splitlines()[-1]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, signame))
     _, err = proc.communicate(timeout=60)
   finally:
     proc.kill()  # a no-op once it has exited
