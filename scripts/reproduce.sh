@@ -7,7 +7,7 @@
 #
 # Budgets:
 #   mini   (default) real Swiss-Prot 2014_01 (scripts/get_swissprot.sh --debian), 2-layer models at
-#          L = 256 (gin/reproduce/mini.gin); about 4 hours on a 2-core CPU (README.md gives the
+#          L = 256 (gin/reproduce/mini.gin); sized to fit 4 hours on a 2-core CPU (README.md gives the
 #          measured time). Tables, figures and verdicts go to results/.
 #   paper  the paper-size configs (36 layers, L = 1024; gin/trembl_*.gin), for a GPU/TPU cluster.
 #          Same data unless --data names a prepared dataset (e.g. all of TrEMBL).

@@ -224,7 +224,7 @@ def render(run_dirs, out_path):
   csv_path(out_path)  # a wrong --out fails before reading
   loaded = runs.load_runs(run_dirs)
   table, source = rows(loaded)
-  notes = [*_below_baseline(loaded), 
+  notes = [*_below_baseline(loaded),
       "Ours: mean test accuracy % over the seeds with an eval_test.json of each (direction, "
       "model); pp = percentage points. " + runs.SCORED,
       (f"Tolerance: the largest seed spread (max - min test accuracy), measured on {source}."
