@@ -40,6 +40,33 @@ def _approx_error(args):
         f"{program} figure mse-vs-m --input {args.out}")
 
 
+def _error_propagation(args):
+  from performer.experiments import error_propagation  # pylint: disable=import-outside-toplevel
+  cfg = error_propagation.ErrorPropagationConfig(
+      run=args.run, split=args.split, sequences=args.sequences, batch_size=args.batch_size,
+      features=args.features, draws=args.draws, init_layers=args.init_layers,
+      settings=_names(args.settings), attention=args.attention, projection=args.projection,
+      seed=args.seed)
+  rows, seconds = error_propagation.main(cfg, args.out)
+  print("\n".join(error_propagation.table(rows)))
+  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
+  print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
+        f"{program} figure error-propagation --input {args.out}")
+
+
+def _lemma2(args):
+  from performer.experiments import lemma2  # pylint: disable=import-outside-toplevel
+  cfg = lemma2.Lemma2Config(
+      dim=args.dim, features=args.features, angles=args.angles, lengths=args.lengths,
+      max_length=args.max_length, slice_length=args.slice_length, slice_angles=args.slice_angles,
+      samples=args.samples, low_kernel_angle=args.low_kernel_angle, seed=args.seed)
+  rows, extra, seconds = lemma2.main(cfg, args.out)
+  print(lemma2.summary(cfg, rows, extra))
+  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
+  print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
+        f"{program} figure lemma2 --input {args.out}")
+
+
 def _names(text):
   return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -177,6 +204,55 @@ def _processes():
   return f"{jax.process_index() + 1} of {jax.process_count()}, {jax.device_count()} device(s)"
 
 
+def _attention_maps(args):
+  from performer.experiments import attention_maps  # pylint: disable=import-outside-toplevel
+  cfg = attention_maps.MapsConfig(run=args.run, fasta=args.fasta, accession=args.accession,
+                                  layers=args.layers)
+  rows, extra, seconds = attention_maps.main(cfg, args.out)
+  print(f"{extra['protein']['accession']}: {extra['protein']['residues']} residues; "
+        f"{extra['run']['attention']} model; layers {','.join(map(str, extra['layers']))}")
+  print(extra["maps_note"])
+  own = extra["maps"][0]
+  for layer in extra["layers"]:
+    at = [r for r in rows if r["layer"] == layer]
+    diagonal = max(at, key=lambda r: r[f"{own}_diagonal_share"])
+    vertical = max(at, key=lambda r: r[f"{own}_top_column_share"])
+    line = (f"  layer {layer}: most diagonal head {diagonal['name']} "
+            f"({diagonal[f'{own}_diagonal_share']:.2f} within |i-j|<=1), most vertical "
+            f"{vertical['name']} ({vertical[f'{own}_top_column_share']:.2f} onto position "
+            f"{vertical[f'{own}_top_column']})")
+    if own == "favor":
+      line += f"; mean TV from exact softmax {sum(r['tv_mean'] for r in at) / len(at):.3f}"
+    if at[0]["own_matrix_check"] is not None:
+      line += f"; max |A v - output| {at[0]['own_matrix_check']:.1e}"
+    print(line)
+  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
+  print(f"wrote {args.out} and {extra['arrays']} in {seconds:.0f} s; draw it with: "
+        f"{program} figure attention-maps --input {args.out}")
+
+
+def _aa_similarity(args):
+  from performer.experiments import aa_similarity  # pylint: disable=import-outside-toplevel
+  cfg = aa_similarity.SimilarityConfig(
+      run=args.run, data=args.data, split=args.split, sequences=args.sequences, seed=args.seed,
+      min_attention=args.min_attention, min_total=args.min_total, batch_size=args.batch_size)
+  rows, extra, seconds = aa_similarity.main(cfg, args.out)
+  print(f"{extra['sequences_used']} {cfg.split} sequences ({extra['residues_used']:,} residues); "
+        f"{extra['run']['attention']} model")
+  for row in rows:
+    r_off, r_all = row["r_offdiagonal"], row["r_all"]
+    fmt = lambda r: "undefined" if r is None else f"{r:.3f}"
+    print(f"  {row['maps']}: Pearson r with BLOSUM62 {fmt(r_off)} over "
+          f"{row['pairs_offdiagonal']} pairs a<b ({fmt(r_all)} over {row['pairs_all']} pairs "
+          f"a<=b); {row['heads_kept']} of {row['heads']} heads kept")
+    if row["heads_kept"] < 3:
+      print(f"    too few heads pass --min-attention {cfg.min_attention:g} and --min-total "
+            f"{cfg.min_total:g} for a correlation; lower them for diffuse attention")
+  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
+  print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
+        f"{program} figure aa-similarity --input {args.out}")
+
+
 def _figure(args):
   from performer import figures  # pylint: disable=import-outside-toplevel
   for path in figures.figure(args.name, input_path=args.input, run_dirs=args.runs,
@@ -223,6 +299,75 @@ def _parser():
                  help="output JSON file (default runs/approx_error.json; the committed one is "
                       "results/approx_error.json)")
   p.set_defaults(func=_approx_error)
+
+  p = sub.add_parser(
+      "error-propagation", help="a Transformer vs its own weights with FAVOR+, per layer (Fig. 14)",
+      description="Runs a trained exact-attention workdir and the same parameters with FAVOR+ "
+                  "attention (positive random features) on the first --sequences sequences of a "
+                  "split, dropout off, and writes per layer l the relative error "
+                  "||h_FAVOR - h_exact||_F / ||h_exact||_F over the real positions of: the "
+                  "residual stream after block l, the output distribution of the model cut "
+                  "after block l, and block l's attention alone on the Transformer's own input; "
+                  "mean and spread over --draws feature draws per m. Setting init does the same "
+                  "with fresh parameters of the run's config and --init-layers blocks.")
+  p.add_argument("--run", required=True,
+                 help="a `performer train` workdir of an exact-attention model with a checkpoint")
+  p.add_argument("--split", default="test", help="valid, test or ood (default test)")
+  p.add_argument("--sequences", type=int, default=64,
+                 help="the first this many sequences of the split (default 64)")
+  p.add_argument("--batch-size", type=int, default=16, help="sequences per pass (default 16)")
+  p.add_argument("--features", type=_ints, default=(16, 32, 64, 128, 256),
+                 help="comma-separated values of m (default 16,32,64,128,256)")
+  p.add_argument("--draws", type=int, default=5,
+                 help="random feature draws per m; draw j uses attention seed --seed + j "
+                      "(default 5)")
+  p.add_argument("--init-layers", type=int, default=6,
+                 help="blocks of the model at initialisation (default 6)")
+  p.add_argument("--settings", default="trained,init",
+                 help="comma-separated: trained (the run's weights), init (fresh parameters) "
+                      "(default trained,init)")
+  p.add_argument("--attention", default="performer_softmax",
+                 help="performer_softmax, or exact: the control, every error 0 (default "
+                      "performer_softmax)")
+  p.add_argument("--projection", default="orthogonal",
+                 help="random features: orthogonal, iid, hadamard or givens (default orthogonal)")
+  p.add_argument("--seed", type=int, default=0,
+                 help="seed of the init parameters, the (B) masks and draw 0 (default 0)")
+  p.add_argument("--out", default="runs/error_propagation.json",
+                 help="output JSON file (default runs/error_propagation.json)")
+  p.set_defaults(func=_error_propagation)
+
+  p = sub.add_parser(
+      "lemma2", help="trig vs positive random features for the softmax kernel (Fig. 2, Lemma 2)",
+      description="Writes to a JSON file the closed-form ratio r = MSE(trig) / MSE(positive) "
+                  "of Lemma 2 over a grid of angles phi in [-pi, pi] and signed lengths l "
+                  "(|x| = |y| = |l|; negative l is the pair (-x, -y)), and, on the slice "
+                  "l = --slice-length, both closed-form MSEs beside Monte Carlo estimates "
+                  "over independent draws of an iid W.")
+  p.add_argument("--dim", type=int, default=2,
+                 help="dimension d of x, y and of W's rows (default 2; with iid W nothing "
+                      "depends on d >= 2 but the cost)")
+  p.add_argument("--features", type=int, default=128,
+                 help="random features m (default 128; r does not depend on m, the Monte Carlo "
+                      "noise does)")
+  p.add_argument("--angles", type=int, default=144,
+                 help="grid cells in phi over [-pi, pi], even (default 144)")
+  p.add_argument("--lengths", type=int, default=100,
+                 help="grid cells in l over [-max-length, max-length], even (default 100)")
+  p.add_argument("--max-length", type=float, default=2.0,
+                 help="half-width of the grid in l, at most 5 (default 2, as in the paper)")
+  p.add_argument("--slice-length", type=float, default=1.0,
+                 help="l of the slice, at most 2 (default 1, as in the paper)")
+  p.add_argument("--slice-angles", type=int, default=36,
+                 help="slice points phi = k pi / N, k = 0 .. N-1 (default 36)")
+  p.add_argument("--samples", type=int, default=20_000,
+                 help="independent draws of W per Monte Carlo point (default 20000)")
+  p.add_argument("--low-kernel-angle", type=float, default=2.356194490192345,
+                 help="the low-kernel region is phi >= this, in radians (default 3pi/4 = 2.356)")
+  p.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
+  p.add_argument("--out", default="runs/lemma2.json",
+                 help="output JSON file (default runs/lemma2.json)")
+  p.set_defaults(func=_lemma2)
 
   p = sub.add_parser(
       "speed", help="time and memory of models and attention layers against L (Fig. 3)",
@@ -388,6 +533,59 @@ def _parser():
                       "and compile for both); default test")
   p.set_defaults(func=_eval)
 
+  p = sub.add_parser(
+      "attention-maps", help="one protein's attention matrices, FAVOR and exact (App. C.4, "
+                             "Figs. 10-11)",
+      description="Feeds one protein (found by accession in a FASTA file) to a trained protein "
+                  "model as training fed it, and writes each chosen layer's attention matrices: "
+                  "for a Performer its implicit FAVOR matrix (rows of Q' K'^T over D, whose "
+                  "product with V is the layer's output) and exact softmax(q k^T / sqrt(d)) of "
+                  "the same q, k; for other models the exact maps only. Writes a .npz of maps "
+                  "beside the --out JSON of per-head numbers (total variation FAVOR vs exact, "
+                  "mean attention distance, share within |i-j| <= 1, most attended position).")
+  p.add_argument("--run", required=True, help="a `performer train` workdir of a protein model")
+  p.add_argument("--fasta", default="runs/data/swissprot.fasta.gz",
+                 help="FASTA file (plain or .gz) holding the protein (default "
+                      "runs/data/swissprot.fasta.gz, see data/README.md)")
+  p.add_argument("--accession", default="P00974",
+                 help="UniProt accession or entry name of the protein (default P00974, "
+                      "BPT1_BOVIN, 100 residues, as in the paper)")
+  p.add_argument("--layers", type=_ints, default=None,
+                 help="comma-separated 0-based layers (default: the first 4, or all if fewer); "
+                      "heads are named layer-head, 0-based, as in the paper's 'head 1-2'")
+  p.add_argument("--out", default="runs/attention_maps.json",
+                 help="output JSON (default runs/attention_maps.json; the maps go to the .npz "
+                      "of the same name beside it)")
+  p.set_defaults(func=_attention_maps)
+
+  p = sub.add_parser(
+      "aa-similarity", help="amino-acid similarity from attention vs BLOSUM62 (App. C.4, Fig. 13)",
+      description="Vig et al. (2020)'s analysis: for every head, the share of its attention "
+                  "(weights above --min-attention) onto each of the 20 standard amino acids, "
+                  "over --sequences sequences of a split; the similarity of two amino acids is "
+                  "the Pearson correlation of their shares across heads (heads with a total "
+                  "below --min-total left out), and is compared with BLOSUM62 by the Pearson "
+                  "correlation over the 190 pairs of different amino acids (also over the 210 "
+                  "pairs with the diagonal). Done for FAVOR's implicit matrix (Performer runs) "
+                  "and for exact softmax of the same q, k.")
+  p.add_argument("--run", required=True, help="a `performer train` workdir of a protein model")
+  p.add_argument("--data", default=None,
+                 help="prepared protein dataset folder (default: the run's DataConfig.path)")
+  p.add_argument("--split", default="test", help="train, valid, test or ood (default test)")
+  p.add_argument("--sequences", type=int, default=800,
+                 help="sequences drawn at random from the split, clipped to the run's "
+                      "sequence length (default 800, as in the paper)")
+  p.add_argument("--seed", type=int, default=0, help="seed of the sequence draw (default 0)")
+  p.add_argument("--min-attention", type=float, default=0.1,
+                 help="attention weights at or below this count 0 (default 0.1, Vig et al.'s)")
+  p.add_argument("--min-total", type=float, default=100.0,
+                 help="leave out heads whose thresholded attention sums to less (default 100, "
+                      "Vig et al.'s)")
+  p.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default 8)")
+  p.add_argument("--out", default="runs/aa_similarity.json",
+                 help="output JSON (default runs/aa_similarity.json)")
+  p.set_defaults(func=_aa_similarity)
+
   p = sub.add_parser("figure", help="draw a paper figure or table from result files or runs",
                      formatter_class=_Formatter, epilog="figures and tables:\n" + listing(),
                      description="Renders a figure or table from a result file (--input) or "
@@ -396,18 +594,21 @@ def _parser():
   p.add_argument("name", choices=sorted(FIGURES), metavar="NAME",
                  help="which figure or table (listed below)")
   p.add_argument("--input", default=None,
-                 help="result JSON (mse-vs-m, speed) or prepare-trembl folder (table1) to read "
-                      "(default: what that command writes by default, runs/approx_error.json, "
-                      "runs/speed.json, runs/data/trembl-sample)")
+                 help="result JSON (mse-vs-m, speed, lemma2, error-propagation, attention-maps, "
+                      "aa-similarity) or prepare-trembl folder (table1) to read (default: what "
+                      "the producing command writes by default, e.g. runs/approx_error.json, "
+                      "runs/lemma2.json, runs/data/trembl-sample)")
   p.add_argument("--runs", nargs="+", default=None, metavar="RUN",
-                 help="run folders (`performer train` workdirs) for table2, claims, curves")
+                 help="run folders (`performer train` workdirs) for table2, claims, curves, "
+                      "backward-compat, kernels, redraw")
   p.add_argument("--metric", default=None, metavar="{accuracy,perplexity,loss}",
                  help="what curves draws against the step (default accuracy, in %%)")
   p.add_argument("--out", default=None,
                  help="output image (its extension names the format) or, for a table, NAME.md "
                       "(NAME.csv is written beside it); default: beside the input, <input "
                       "stem>_<name>.png or .md (runs/speed_speed.png), or in the first run's "
-                      "parent folder, <name>.md or fig6_<metric>.png")
+                      "parent folder, <name>.md or fig6_<metric>.png (fig16_kernels.png, "
+                      "fig15_redraw.png)")
   p.set_defaults(func=_figure)
 
   return parser

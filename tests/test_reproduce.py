@@ -25,9 +25,65 @@ def _reproduce(*args):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
   runs = tmp_path_factory.mktemp("reproduce")
-  done = _reproduce("--runs", str(runs))
+  done = _reproduce("--runs", str(runs), "--only", "fig6")
   assert done.returncode == 0, done.stderr[-3000:]
   return runs, done.stdout
+
+
+# One experiment of each appendix kind, on the fig6 runs above (the whole appendix: slow test).
+APPENDIX = ["fig5_u_positive", "fig5_b_linformer", "fig5_text_source", "fig5_text_positive",
+            "fig7_exact_1l", "fig15_no_redraw_f1", "fig16_identity"]
+PROBES = {"lemma2": ["lemma2.json", "fig2_lemma2.png"],
+          "error_propagation": ["error_propagation_u.json", "error_propagation_b.json",
+                                "fig14_error_propagation_u.png", "fig14_error_propagation_b.png"],
+          "attention_maps": ["fig10_attention_maps.png"],
+          "aa_similarity": ["aa_similarity.json", "fig13_aa_similarity.png"]}
+
+
+@pytest.fixture(scope="module")
+def appendix(tiny):
+  runs, _ = tiny
+  done = _reproduce("--runs", str(runs), "--only", ",".join(APPENDIX + ["probes"]))
+  assert done.returncode == 0, done.stderr[-3000:]
+  return runs, done.stdout
+
+
+@pytest.mark.slow  # ~3 min on top of the fig6 fixture; each appendix figure has fast tests of its own
+def test_appendix_runs_train_with_their_settings(appendix):
+  runs, _ = appendix
+  config = lambda name: json.load(open(runs / name / "config.json"))
+  positive = config("fig5_u_positive")
+  assert positive["train"]["init_from"] == str(runs / "u_exact")
+  assert positive["model"]["attention_options"] == {"num_features": 16, "redraw_every": 1}
+  rows = [json.loads(line) for line in open(runs / "fig5_u_positive" / "metrics.jsonl")]
+  assert {(r["step"], r["split"]) for r in rows} >= {(0, "valid"), (3, "valid")}  # transfer, end
+  assert config("fig5_b_linformer")["model"]["causal"] is False
+  text = config("fig5_text_positive")
+  assert text["train"]["init_from"] == str(runs / "fig5_text_source")
+  assert text["data"]["path"] == str(runs / "data" / "pg19-sample")
+  concat = config("fig7_exact_1l")
+  assert concat["data"]["task"] == "concat" and concat["model"]["num_layers"] == 1
+  assert concat["model"]["d_model"] == 256
+  assert config("fig15_no_redraw_f1")["model"]["attention_options"] == \
+      {"num_features": 16, "redraw_every": 0, "seed": 1}
+  assert config("fig16_identity")["model"]["attention_options"]["kernel"] == "identity"
+  for name in APPENDIX:
+    assert not (runs / name / "eval_test.json").exists()  # curves only: no test/OOD evals
+
+
+@pytest.mark.slow  # shares the appendix fixture above
+def test_appendix_figures_and_probe_results_are_written(appendix):
+  runs, stdout = appendix
+  results = runs / "results"
+  for name in ("fig5_backward_compat", "fig7_concat_accuracy", "fig15_redraw", "fig16_kernels"):
+    assert (results / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+  for files in PROBES.values():
+    for name in files:
+      assert (results / name).stat().st_size > 0, name
+  assert json.load(open(results / "lemma2.json"))["experiment"] == "lemma2"
+  assert (runs / "probes" / "attention_maps.json").exists()
+  again = _reproduce("--runs", str(runs), "--only", "probes")  # results newer than runs: skipped
+  assert again.returncode == 0 and "draw it with" not in again.stdout
 
 
 def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
@@ -70,6 +126,19 @@ def test_every_table_figure_and_verdict_row_is_written(tiny):
   assert "done:" in stdout
 
 
+@pytest.mark.slow  # ~8 min more: every appendix run at the tiny budget
+def test_the_whole_appendix_runs_at_the_tiny_budget(appendix):
+  runs, _ = appendix
+  done = _reproduce("--runs", str(runs))
+  assert done.returncode == 0, done.stderr[-3000:]
+  for name in ("fig5_u_exact", "fig5_u_no_redraw", "fig5_u_trig", "fig5_u_smreg", "fig5_b_exact",
+               "fig5_b_positive", "fig5_text_exact", "fig5_text_no_redraw", "fig5_text_trig",
+               "fig5_text_smreg", "fig7_exact_2l", "fig7_exact_3l", "fig7_performer_relu",
+               "fig15_redraw_f1", "fig15_redraw_f2", "fig15_no_redraw_f2", "fig16_sigmoid",
+               "fig16_exp", "fig16_relu", "fig16_abs", "fig16_gelu", "fig16_trig", "fig16_tanh"):
+    assert (runs / name / "config.json").exists(), name
+
+
 def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
   runs, _ = tiny
   done = _reproduce("--runs", str(runs), "--only", "u_exact")
@@ -80,6 +149,7 @@ def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
 @pytest.mark.parametrize("args, message", [
     (["--budget", "huge"], "--budget must be tiny, mini or paper"),
     (["--only", "u_nothing"], "no experiment u_nothing"),
+    (["--only", "fig6,fig99"], "no experiment fig99; choose from the groups fig6 fig5"),
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--frobnicate"], "unknown argument --frobnicate"),
     (["--only"], "--only needs a value"),

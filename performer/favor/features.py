@@ -1,9 +1,14 @@
 """Random-feature maps phi with phi(x)^T phi(y) ~ K(x, y).
 
 Softmax-kernel estimators SM(x, y) = exp(x.y): `positive` (SM+, Lemma 1),
-`hyperbolic` (SMhyp+, Lemma 1), `trig` (SMtrig, Sec. 2.3). Generalized kernels
-(Sec. 2.2, App. A.4): phi(x) = f(W x) / sqrt(m), or f(x) without W, for f in
-relu, elu_plus_one (Katharopoulos et al. 2020), exp and identity.
+`hyperbolic` (SMhyp+, Lemma 1), `trig` (SMtrig, Sec. 2.3; the "cosine"
+kernel of App. D.3). Generalized kernels (Sec. 2.2, App. A.4, D.3):
+phi(x) = f(W x) / sqrt(m) + kernel_epsilon, or f(x) + kernel_epsilon without
+W, for f in relu, elu_plus_one (Katharopoulos et al. 2020), sigmoid, abs,
+gelu (jax.nn.gelu's default tanh approximation, within 5e-4 of the erf
+form), tanh and identity; and exp, phi(x) = exp(W x) / sqrt(m), which takes
+no epsilon. identity, tanh and gelu (like trig) can be negative, so
+attention's normaliser D can come near 0 or change sign with them.
 
 Every map is returned in a split form, phi(x) = value * exp(log), so that
 attention can subtract maxima from `log` before exponentiating without ever
@@ -17,7 +22,18 @@ import jax
 import jax.numpy as jnp
 
 SOFTMAX_KERNELS = ("positive", "hyperbolic", "trig")
-GENERALIZED_KERNELS = ("relu", "elu_plus_one", "exp", "identity")
+GENERALIZED_KERNELS = ("relu", "elu_plus_one", "exp", "identity", "sigmoid", "abs", "gelu",
+                       "tanh")
+# f of the bounded generalized kernels, phi = f(W x) / sqrt(m) + kernel_epsilon.
+_BOUNDED = {
+    "relu": jax.nn.relu,
+    "elu_plus_one": lambda u: jax.nn.elu(u) + 1.0,
+    "identity": lambda u: u,
+    "sigmoid": jax.nn.sigmoid,
+    "abs": jnp.abs,
+    "gelu": jax.nn.gelu,  # approximate=True, the tanh form (JAX's default)
+    "tanh": jnp.tanh,
+}
 KERNELS = SOFTMAX_KERNELS + GENERALIZED_KERNELS
 
 
@@ -41,8 +57,9 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
     W: [m, d] projection from `projection`, or None for a deterministic
       generalized kernel (phi(x) = f(x)).
     kernel: one of `KERNELS`.
-    kernel_epsilon: added to generalized features (App. A.4 uses 1e-3 for
-      relu) so that no token's features are all zero.
+    kernel_epsilon: added to bounded generalized features (App. A.4 uses 1e-3
+      for relu) so that no token's features are all zero; ignored by the
+      softmax kernels and exp.
 
   Returns:
     `Features`, float32.
@@ -74,12 +91,7 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
                     half_sq_norm + log_norm)
   if kernel == "exp":
     return Features(None, wx + log_norm)
-  scale = math.exp(log_norm)
-  if kernel == "relu":
-    return Features(scale * jax.nn.relu(wx) + kernel_epsilon, None)
-  if kernel == "elu_plus_one":
-    return Features(scale * (jax.nn.elu(wx) + 1.0) + kernel_epsilon, None)
-  return Features(scale * wx + kernel_epsilon, None)  # identity
+  return Features(math.exp(log_norm) * _BOUNDED[kernel](wx) + kernel_epsilon, None)
 
 
 def feature_map(x, W, kernel="positive", *, kernel_epsilon=0.0):

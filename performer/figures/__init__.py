@@ -15,30 +15,51 @@ import os
 from performer.errors import UserError
 
 FIGURES = {
+    "aa-similarity": "performer.figures.aa_similarity",  # paper Fig. 13 (App. C.4)
+    "attention-maps": "performer.figures.attention_maps",  # paper Figs. 10-11 (App. C.4)
+    "backward-compat": "performer.figures.backward_compat",  # paper Fig. 5
     "claims": "performer.figures.claims",  # Sec. 4.3, Fig. 6, Table 2
     "curves": "performer.figures.curves",  # paper Fig. 6
+    "error-propagation": "performer.figures.error_propagation",  # paper Fig. 14 (App. D.1)
+    "kernels": "performer.figures.kernels",  # paper Fig. 16 (App. D.3)
+    "lemma2": "performer.figures.lemma2",  # paper Fig. 2 (Lemma 2)
     "mse-vs-m": "performer.figures.mse_vs_m",  # paper Fig. 4
+    "redraw": "performer.figures.redraw",  # paper Fig. 15 left and middle (App. D.2)
     "speed": "performer.figures.speed",  # paper Fig. 3
     "table1": "performer.figures.table1",  # paper Table 1 (App. C.1)
     "table2": "performer.figures.table2",  # paper Table 2 (App. C.3)
 }
 
 SUMMARIES = {
+    "aa-similarity": "Fig. 13 amino-acid similarity from attention beside BLOSUM62 (--input JSON)",
+    "attention-maps": "Figs. 10-11 a protein's attention maps and a two-head zoom (--input JSON)",
+    "backward-compat": "Fig. 5 a Transformer's weights fine-tuned as Performers (--runs)",
     "claims": "the paper's protein claims with verdicts, from run folders (--runs)",
     "curves": "Fig. 6 train/validation curves of --metric against step (--runs)",
+    "error-propagation": "Fig. 14 Transformer vs FAVOR+ error against layer (--input JSON)",
+    "kernels": "Fig. 16 accuracy of generalized-attention kernels, log-log, NaN stops (--runs)",
+    "lemma2": "Fig. 2 MSE ratio r of trig to positive features (--input lemma2 JSON)",
     "mse-vs-m": "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)",
+    "redraw": "Fig. 15 softmax features with/without redrawing; softmax vs ReLU (--runs)",
     "speed": "Fig. 3 time and memory against L (--input speed JSON)",
     "table1": "Table 1 TrEMBL split statistics beside the paper's (--input dataset folder)",
     "table2": "Table 2 test/OOD accuracy and perplexity beside the paper's (--runs)",
 }
 
 INPUTS = {
+    "aa-similarity": "runs/aa_similarity.json",
+    "attention-maps": "runs/attention_maps.json",
+    "error-propagation": "runs/error_propagation.json",
+    "lemma2": "runs/lemma2.json",
     "mse-vs-m": "runs/approx_error.json",
     "speed": "runs/speed.json",
     "table1": "runs/data/trembl-sample",  # prepare-trembl --sample
 }
 
-RUNS = frozenset({"claims", "curves", "table2"})
+RUNS = frozenset({"backward-compat", "claims", "curves", "kernels", "redraw", "table2"})
+# A runs figure's file in the first run's parent folder, when not <name>.png / <name>.md.
+RUN_FILES = {"curves": "fig6_{metric}.png", "backward-compat": "fig5_backward_compat.png",
+             "kernels": "fig16_kernels.png", "redraw": "fig15_redraw.png"}
 TABLES = frozenset({"claims", "table1", "table2"})
 
 
@@ -54,13 +75,13 @@ def default_out(name, source, metric="accuracy"):
   An input figure writes <input stem>_<figure>.png (runs/a.json ->
   runs/a_mse_vs_m.png; a table .md, a dataset folder keeping its whole
   name): the figure name keeps a re-render off a committed figure. A runs
-  figure writes into the first run's parent folder: fig6_<metric>.png for
-  curves, <name>.md for a table.
+  figure writes into the first run's parent folder: its RUN_FILES name,
+  else <name>.png, or <name>.md for a table.
   """
   ext = ".md" if name in TABLES else ".png"
   if name in RUNS:
     parent = os.path.dirname(os.path.normpath(source[0]))
-    return os.path.join(parent, f"fig6_{metric}.png" if name == "curves" else name + ext)
+    return os.path.join(parent, RUN_FILES.get(name, name + ext).format(metric=metric))
   path = os.path.normpath(source)
   stem = path if os.path.isdir(path) else os.path.splitext(path)[0]
   return f"{stem}_{name.replace('-', '_')}{ext}"

@@ -31,7 +31,7 @@ def check_metric(metric):
     raise UserError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
 
 
-def _curve(run, split, metric):
+def curve(run, split, metric):
   """(steps, values) of one split; accuracy as a percentage."""
   rows = [r for r in run.metrics if r["split"] == split and isinstance(r.get(metric), (int, float))]
   scale = 100 if metric == "accuracy" else 1
@@ -41,14 +41,15 @@ def _curve(run, split, metric):
 def _panel(ax, direction, groups, metric):
   """Draws one direction's runs; returns the number of lines drawn."""
   drawn, handles = 0, []
+  spare = iter(f"C{i}" for i in range(10) if f"C{i}" not in COLOURS.values())  # other labels
   for (d, label), group in groups.items():
     if d != direction:
       continue
-    colour = COLOURS.get(label, "C7")
+    colour = COLOURS.get(label) or next(spare, "0.5")
     for i, run in enumerate(group):  # by seed: the first full, the others lighter
       width, alpha = (1.8, 1.0) if i == 0 else (0.9, 0.5)
       for split, style in STYLES.items():
-        steps, values = _curve(run, split, metric)
+        steps, values = curve(run, split, metric)
         if steps:
           ax.plot(steps, values, color=colour, linestyle=style, linewidth=width, alpha=alpha,
                   marker="o" if split == "valid" else None, markersize=2.5 * width,

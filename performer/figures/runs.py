@@ -46,6 +46,10 @@ class Run:
     metrics: metrics.jsonl rows, the last one per (split, step), by step.
     evals: split ("test", "ood") -> that eval_<split>.json; absent splits
       were not evaluated.
+    config: the whole config.json (model, train, optim, data), for figures
+      that tell runs apart by other settings (attention options, init_from).
+    diverged: diverged.json (train/loop.py writes it when a NaN or Inf
+      stops the run: step, last_checkpoint, reason), or None.
   """
   path: str
   direction: str
@@ -55,6 +59,13 @@ class Run:
   seed: int
   metrics: tuple
   evals: dict
+  config: dict = dataclasses.field(default_factory=dict)
+  diverged: dict | None = None
+
+  @property
+  def diverged_at(self):
+    """The step a NaN or Inf stopped the run at (good updates before it), or None."""
+    return None if self.diverged is None else self.diverged["step"]
 
   @property
   def name(self):
@@ -127,7 +138,8 @@ def load_run(path):
 
   Raises:
     UserError: not a folder, no config.json or metrics.jsonl, invalid JSON,
-      a config without model.attention / model.causal, or a malformed eval file.
+      a config without model.attention / model.causal, or a malformed eval
+      file or diverged.json.
   """
   if not os.path.isdir(path):
     raise UserError(f"{path}: no such run folder")
@@ -147,7 +159,19 @@ def load_run(path):
            if os.path.isfile(os.path.join(path, f"eval_{split}.json"))}
   return Run(path=path, direction=direction, attention=model["attention"], label=label,
              extra=label not in paper.FIG6[direction], seed=seed,
-             metrics=_metrics(files["metrics.jsonl"]), evals=evals)
+             metrics=_metrics(files["metrics.jsonl"]), evals=evals, config=config,
+             diverged=_diverged(os.path.join(path, "diverged.json")))
+
+
+def _diverged(path):
+  """diverged.json as a dict with an integer step, or None when the run never diverged."""
+  if not os.path.isfile(path):
+    return None
+  record = _json(path)
+  step = record.get("step") if isinstance(record, dict) else None
+  if not _number(step) or step != int(step) or step < 0:
+    raise UserError(f"{path}: step = {step!r} is not a step number")
+  return {**record, "step": int(step)}
 
 
 def load_runs(paths):
@@ -155,7 +179,8 @@ def load_runs(paths):
 
   Raises:
     UserError: no folders, a folder given twice (it would count as two
-      seeds), two folders of one model with the same seed, or any load_run error.
+      seeds), two folders of one model and settings (attention options,
+      depth, init_from) with the same seed, or any load_run error.
   """
   if not paths:
     raise UserError("no run folders given (--runs RUN [RUN ...])")
@@ -168,12 +193,23 @@ def load_runs(paths):
   runs = [load_run(path) for path in paths]
   keys = {}
   for run in runs:
-    key = (run.direction, run.label, run.seed)
+    settings = [run.config.get(group, {}).get(field) for group, field in (
+        ("model", "attention_options"), ("model", "num_layers"), ("train", "init_from"))]
+    key = (run.direction, run.label, run.seed, json.dumps(settings, sort_keys=True, default=str))
     if key in keys:
       raise UserError(f"{run.path} and {keys[key]}: both are {model_label(run)} seed {run.seed}; "
                       "give one run per model and seed")
     keys[key] = run.path
-  return runs
+  return _named_by_depth(runs)
+
+
+def _named_by_depth(runs):
+  """Runs of one model that differ in depth (Fig. 7 right) get it in their label: 'Transformer 2-layer'."""
+  depths = {}
+  for run in runs:
+    depths.setdefault((run.direction, run.label), set()).add(run.config["model"].get("num_layers"))
+  return [dataclasses.replace(run, label=f"{run.label} {run.config['model'].get('num_layers')}-layer")
+          if len(depths[(run.direction, run.label)]) > 1 else run for run in runs]
 
 
 def model_label(run):

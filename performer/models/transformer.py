@@ -36,11 +36,15 @@ class Block(nnx.Module):
 
   def attention_part(self, x, mask, key=None):
     """Dropout(proj(attention(LN(x)))): F of a reversible layer. key: explicit dropout key."""
+    att = self.attn(*self.heads(x), mask=mask, causal=self.cfg.causal)
+    return self._dropout(self.proj(att.reshape(*x.shape[:2], -1)), key)
+
+  def heads(self, x):
+    """The attention's inputs: x [B, L, d_model] -> q, k, v, each [B, L, H, d]."""
     batch, length, _ = x.shape
     q, k, v = jnp.split(self.qkv(self.ln_attn(x)), 3, axis=-1)
-    heads = lambda t: t.reshape(batch, length, self.cfg.num_heads, self.cfg.head_dim)
-    att = self.attn(heads(q), heads(k), heads(v), mask=mask, causal=self.cfg.causal)
-    return self._dropout(self.proj(att.reshape(batch, length, -1)), key)
+    return tuple(t.reshape(batch, length, self.cfg.num_heads, self.cfg.head_dim)
+                 for t in (q, k, v))
 
   def mlp_part(self, x, key=None):
     """Dropout(MLP(LN(x))): G of a reversible layer."""
@@ -77,16 +81,32 @@ class TransformerLM(nnx.Module):
     Raises:
       ValueError: L exceeds config.max_len.
     """
+    if self.cfg.reversible:
+      x = reversible_stack(self.blocks, self._embed(tokens), mask, self.rngs.dropout())
+    else:
+      x = self.hidden_states(tokens, mask)[-1]
+    return self.head(self.ln(x)).astype(jnp.float32)
+
+  def _embed(self, tokens):
     length = tokens.shape[1]
     if length > self.cfg.max_len:
       raise ValueError(f"sequence length {length} exceeds max_len {self.cfg.max_len}")
-    x = self.dropout(self.embed(tokens) + self.pos(jnp.arange(length))[None])
-    if self.cfg.reversible:
-      x = reversible_stack(self.blocks, x, mask, self.rngs.dropout())
-    else:
-      for block in self.blocks:
-        x = block(x, mask)
-    return self.head(self.ln(x)).astype(jnp.float32)
+    return self.dropout(self.embed(tokens) + self.pos(jnp.arange(length))[None])
+
+  def hidden_states(self, tokens, mask=None):
+    """The residual stream before the first block and after each: num_layers + 1 arrays.
+
+    Each is [B, L, d_model]; the last, through `ln` and `head`, gives the
+    logits (probes of a trained model call model.eval() first). Not for
+    reversible models, whose stream is two halves.
+
+    Raises:
+      ValueError: L exceeds config.max_len.
+    """
+    states = [self._embed(tokens)]
+    for block in self.blocks:
+      states.append(block(states[-1], mask))
+    return states
 
   def decode_init(self, batch):
     """Per-layer caches for incremental decoding of a causal model.

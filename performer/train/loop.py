@@ -105,7 +105,8 @@ def run(workdir, *, progress=True):
 
   Raises:
     UserError: bad data, configuration or workdir, or another run holding
-      the workdir; TrainingDiverged on a NaN or Inf; KeyboardInterrupt after
+      the workdir; TrainingDiverged on a NaN or Inf (after writing
+      <workdir>/diverged.json, see `_record_divergence`); KeyboardInterrupt after
       saving a checkpoint on Ctrl-C or SIGTERM.
   """
   # --- Set-up: configs, model, optimizer, data ----------------------------------
@@ -142,7 +143,12 @@ def run(workdir, *, progress=True):
     _check_memory(train_step)  # called below without the static (keyword) arguments
     _write_config(workdir, cfgs)
     writer = MetricWriter(workdir, start=start)
+    if train.init_from and not start:  # Fig. 5's point: the transferred model, before any step
+      writer.write(0, evaluate(model, valid_data, seed=train.seed, tokens=tokens, causal=causal,
+                               mlm=mlm, multiplier=multiplier["valid"],
+                               max_batches=train.eval_batches), "valid")
     totals, last_valid, tick = None, None, time.perf_counter()
+    _clear_divergence(workdir)  # a resumed run is no longer stopped where it was
 
     # --- The loop -----------------------------------------------------------------
     interactive = sys.stderr.isatty()  # a log file gets a line every 30 s, not every 0.1 s
@@ -154,6 +160,8 @@ def run(workdir, *, progress=True):
         sums, grad_norm = jax.device_get(train_step(model, optimizer,
                                                     train_data.train_batch(step), step))
         if not (math.isfinite(float(sums["loss_sum"])) and math.isfinite(float(grad_norm))):
+          _record_divergence(workdir, step, ckpt.latest_step(), float(sums["loss_sum"]),
+                             float(grad_norm))
           raise TrainingDiverged(f"non-finite loss or gradient at step {step}; stopped; "
                                  f"{_kept(ckpt.latest_step())}{_favor_hint(cfgs['model'])}")
         totals = metrics.add(totals, sums)
@@ -212,6 +220,31 @@ def _write_config(workdir, cfgs):
     f.write(configurables.operative_config())
   with atomic_path(os.path.join(workdir, "config.json")) as tmp, open(tmp, "w") as f:
     json.dump({k: dataclasses.asdict(v) for k, v in cfgs.items()}, f, indent=1, sort_keys=True)
+
+
+DIVERGED = "diverged.json"
+
+
+def _record_divergence(workdir, step, last_checkpoint, loss_sum, grad_norm):
+  """Writes <workdir>/diverged.json (atomically) for figures to mark where the run stopped.
+
+  {"step": the loop's step index, i.e. the number of good updates before
+  the non-finite one, as in TrainingDiverged's message; "last_checkpoint":
+  the step of the checkpoint kept, or None; "reason": which of the batch's
+  loss and the gradient norm were non-finite, with their values}.
+  """
+  bad = [f"{name} {value}" for name, value in (("loss", loss_sum), ("gradient norm", grad_norm))
+         if not math.isfinite(value)]
+  record = {"step": int(step), "last_checkpoint": last_checkpoint,
+            "reason": "non-finite " + " and ".join(bad)}
+  with atomic_path(os.path.join(workdir, DIVERGED)) as tmp, open(tmp, "w") as f:
+    json.dump(record, f, indent=1)
+
+
+def _clear_divergence(workdir):
+  """Removes the diverged.json of an earlier attempt of this run."""
+  with contextlib.suppress(FileNotFoundError):
+    os.remove(os.path.join(workdir, DIVERGED))
 
 
 def _favor_hint(model_cfg):

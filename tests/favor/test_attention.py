@@ -11,7 +11,9 @@ from scipy.special import logsumexp
 from performer import favor
 
 B, L, H, D, M = 2, 37, 3, 8, 11  # prime-ish sizes make shape mix-ups fail loudly
-ALL = [(k, 1e-3 if k == "relu" else 0.0) for k in favor.KERNELS if k != "identity"]
+# identity and the App. D.3 kernels: test_generalized_kernels.py (identity's and tanh's D nears 0 here)
+ALL = [(k, 1e-3 if k == "relu" else 0.0) for k in favor.KERNELS
+       if k not in ("identity", "sigmoid", "abs", "gelu", "tanh")]
 
 
 def _qkv(seed=0, scale=1.0, length=L, dtype=jnp.float32):

@@ -6,17 +6,26 @@ import pytest
 
 
 def write_run(root, name, attention, *, causal, seed=0, test=None, ood=None, metrics=(),
-              baseline=(0.095, 17.5)):
+              baseline=(0.095, 17.5), attention_options=None, diverged=None):
   """Writes root/name with config.json, metrics.jsonl and eval files; returns the folder as str.
 
   test, ood: (accuracy, perplexity) of eval_test.json / eval_ood.json, or None for no file.
   metrics: (step, split, accuracy, perplexity, loss) rows.
+  attention_options: the config's model.attention_options, or None for none.
+  diverged: the step of a diverged.json as train/loop.py writes it, or None for no file.
   """
   folder = root / name
   folder.mkdir(parents=True)
   (folder / "config.json").write_text(json.dumps(
       {"model": {"attention": attention, "causal": causal, "num_layers": 2},
        "train": {"seed": seed, "steps": 20}}))
+  if attention_options is not None:
+    config = json.loads((folder / "config.json").read_text())
+    config["model"]["attention_options"] = attention_options
+    (folder / "config.json").write_text(json.dumps(config))
+  if diverged is not None:
+    (folder / "diverged.json").write_text(json.dumps(
+        {"step": diverged, "last_checkpoint": None, "reason": "non-finite loss nan"}))
   lines = [json.dumps({"step": s, "split": split, "accuracy": a, "perplexity": p, "loss": l})
            for s, split, a, p, l in metrics]
   (folder / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))

@@ -82,3 +82,21 @@ def test_cli_default_out_and_errors(tmp_path, make_run, capsys):
   with pytest.raises(UserError, match="cannot write .txt"):
     figures.render("curves", [folder], str(tmp_path / "e.txt"))
   assert not (tmp_path / "e.png").exists()
+
+
+def test_runs_of_one_model_at_several_depths_are_told_apart(tmp_path, monkeypatch, make_run):
+  """Fig. 7 right: Transformers of 1, 2, 3 layers are three models, each its own colour."""
+  import json  # pylint: disable=import-outside-toplevel
+  folders = []
+  for layers in (1, 2, 3):
+    folder = make_run(f"t{layers}", "exact", causal=True, metrics=ROWS)
+    config = json.load(open(f"{folder}/config.json"))
+    config["model"]["num_layers"] = layers
+    json.dump(config, open(f"{folder}/config.json", "w"))
+    folders.append(folder)
+  folders.append(make_run("p", "performer_relu", causal=True, metrics=ROWS))
+  (u,) = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
+  lines = _lines(u)
+  colours = {lines[f"(U) Transformer {n}-layer seed 0 valid"].get_color() for n in (1, 2, 3)}
+  colours.add(lines["(U) Performer-ReLU seed 0 valid"].get_color())
+  assert len(colours) == 4

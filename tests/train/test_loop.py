@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from performer import configurables, memory
-from performer.data import masking, pg19, pipeline, samples, trembl
+from performer.data import masking, pg19, pipeline, samples
 from performer.errors import UserError
 from performer.train import evaluate, loop, metrics, steps
 
@@ -22,13 +22,6 @@ TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num
         "TrainConfig.eval_every = 3", "TrainConfig.checkpoint_every = 3",
         "TrainConfig.eval_batches = 2"]
 
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-  out = tmp_path_factory.mktemp("data") / "trembl"
-  trembl.prepare(trembl.TremblConfig(inputs=(samples.fetch("protein"),), valid_fraction=0.05,
-                                     test_fraction=0.05), str(out), workers=1, progress=False)
-  return str(out)
 
 
 def _train(data, workdir, *extra, config="gin/mini/trembl_u_performer_relu.gin"):
@@ -133,9 +126,15 @@ def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
   _train(data, tmp_path / "favor", "TrainConfig.steps = 3",
          "ModelConfig.attention_options = {'num_features': 256}",
          f"TrainConfig.init_from = '{tmp_path / 'exact'}'", "OptimConfig.learning_rate = 0.0")
-  favor_valid = [r for r in _rows(tmp_path / "favor") if r["split"] == "valid"][-1]
+  favor_rows = [r for r in _rows(tmp_path / "favor") if r["split"] == "valid"]
+  favor_valid = favor_rows[-1]
   # With learning rate 0 the Performer keeps the Transformer's weights: its loss is close.
   assert abs(favor_valid["loss"] - exact_valid["loss"]) < 0.05
+  # The transferred model is scored before its first step (Fig. 5's starting point); with
+  # learning rate 0 and no redraw yet, step 3 scores the same model again.
+  assert [r["step"] for r in favor_rows] == [0, 3]
+  assert favor_rows[0]["loss"] == pytest.approx(favor_valid["loss"], abs=1e-5)
+  assert all(r["step"] > 0 for r in _rows(tmp_path / "exact"))  # not a transfer: no step 0
   scratch = _train(data, tmp_path / "scratch", "TrainConfig.steps = 3",
                    "OptimConfig.learning_rate = 0.0")
   assert abs(scratch["loss"] - exact_valid["loss"]) > abs(favor_valid["loss"] - exact_valid["loss"])

@@ -1,0 +1,277 @@
+"""Amino-acid similarity from attention, against BLOSUM62 (paper App. C.4, Fig. 13).
+
+The method of Vig et al. (2020, "BERTology Meets Biology"; their
+code is github.com/salesforce/provis), reimplemented:
+
+1. For every head h (all layers), over a sample of sequences, the share of
+   its attention that lands on residues of type b:
+     p_h(b) = sum_{x, i, j: x_j = b} a'_ij / sum_{x, i, j} a'_ij,
+   where a'_ij = a_ij if a_ij > `min_attention` (theirs: 0.1) else 0, and i,
+   j run over the residues of sequence x (no special tokens). Heads whose
+   total sum_{x,i,j} a'_ij is below `min_total` (theirs: 100) are left out.
+2. The similarity of types a and b is the Pearson correlation, across the
+   kept heads, of the vectors (p_h(a))_h and (p_h(b))_h: two residue types
+   are similar when the same heads attend to them.
+3. That 20 x 20 matrix is compared with BLOSUM62 by the Pearson correlation
+   over the 190 pairs a < b (`r_offdiagonal`, Vig et al.'s number; the
+   diagonal of a correlation matrix is 1 by construction). `r_all` adds the
+   20 diagonal pairs (similarity 1 against BLOSUM62's self-scores).
+
+It is done for each matrix the model has (attention_maps.layer_matrices):
+FAVOR's implicit matrix for Performers, and exact softmax of the same q, k.
+BLOSUM62 is read from performer/data/blosum62.txt (NCBI's file as shipped in
+Biopython 1.88; see data/README.md).
+"""
+
+import dataclasses
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from flax import nnx
+
+from performer import favor
+from performer.atomic import check_writable
+from performer.data import pipeline, vocab
+from performer.data.shards import TokenShards
+from performer.errors import UserError
+from performer.experiments import attention_maps
+from performer.experiments.results import write_result
+
+BLOSUM62_PATH = os.path.join(os.path.dirname(os.path.abspath(vocab.__file__)), "blosum62.txt")
+BLOSUM62_SOURCE = ("performer/data/blosum62.txt: NCBI's BLOSUM62 (Henikoff & Henikoff 1992) "
+                   "as shipped in Biopython 1.88")
+STANDARD = vocab.STANDARD  # the 20 standard amino acids, in this order throughout
+_FIRST_RESIDUE = len(vocab.SPECIALS)  # token id of vocab.AMINO_ACIDS[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarityConfig:
+  """A trained run, the sequences to read (default 800 of its data's test split), Vig's cutoffs."""
+  run: str
+  data: str | None = None  # a prepared dataset folder; None: the run's DataConfig.path
+  split: str = "test"
+  sequences: int = 800
+  seed: int = 0
+  min_attention: float = 0.1
+  min_total: float = 100.0
+  batch_size: int = 8
+
+  def __post_init__(self):
+    # Messages name the `performer aa-similarity` flag of each field.
+    if self.split not in ("train", "valid", "test", "ood"):
+      raise UserError(f"--split must be train, valid, test or ood, got {self.split!r}")
+    for flag, value in (("--sequences", self.sequences), ("--batch-size", self.batch_size)):
+      if value < 1:
+        raise UserError(f"{flag} must be >= 1, got {value}")
+    if not 0 <= self.min_attention < 1:
+      raise UserError(f"--min-attention must be in [0, 1), got {self.min_attention:g}")
+    if not self.min_total >= 0:
+      raise UserError(f"--min-total must be >= 0, got {self.min_total:g}")
+    if self.seed < 0:
+      raise UserError(f"--seed must be >= 0, got {self.seed}")
+
+
+def load_blosum62(path=BLOSUM62_PATH):
+  """BLOSUM62 over the 20 standard amino acids: [20, 20] int, rows/columns in STANDARD order.
+
+  Reads NCBI's matrix format: '#' comment lines, a header row of letters,
+  then one row per letter.
+
+  Raises:
+    UserError: the file is missing or is not a symmetric matrix covering the
+      20 standard amino acids.
+  """
+  try:
+    with open(path) as f:
+      lines = [line.split() for line in f if line.strip() and not line.startswith("#")]
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+  columns = lines[0] if lines else []
+  table = {}
+  for row in lines[1:]:
+    if len(row) != len(columns) + 1:
+      raise UserError(f"{path}: row {row[0]!r} has {len(row) - 1} scores for {len(columns)} "
+                      "columns")
+    table[row[0]] = dict(zip(columns, (int(x) for x in row[1:])))
+  missing = [a for a in STANDARD if a not in table or a not in columns]
+  if missing:
+    raise UserError(f"{path}: no scores for {''.join(missing)}")
+  matrix = np.array([[table[a][b] for b in STANDARD] for a in STANDARD])
+  if not np.array_equal(matrix, matrix.T):
+    raise UserError(f"{path}: the matrix is not symmetric")
+  return matrix
+
+
+def head_sums(maps, tokens, mask, min_attention):
+  """One batch's per-head sums of thresholded attention: (to_type [H, 20], total [H]).
+
+  Args:
+    maps: [B, H, L, L] attention weights (rows = queries).
+    tokens: [B, L] int ids; mask: [B, L] bool (True = real token).
+    min_attention: weights at or below it count 0 (Vig et al.'s min_attn).
+
+  Only residue positions (not padding, not the (U) start token) count, as
+  queries and as keys; to_type[h, b] sums weights onto residues of type
+  STANDARD[b], total[h] onto residues of any of the 25 types.
+  """
+  residue = mask & (tokens >= _FIRST_RESIDUE)  # [B, L]
+  keep = residue[:, None, :, None] & residue[:, None, None, :]  # [B, 1, L, L]
+  weights = jnp.where(keep & (maps > min_attention), maps, 0.0)
+  onto = jnp.sum(weights, axis=2)  # [B, H, L]: attention each key receives
+  types = jax.nn.one_hot(tokens - _FIRST_RESIDUE, len(STANDARD), dtype=onto.dtype)  # [B, L, 20]
+  return jnp.einsum("bhj,bja->ha", onto, types), jnp.sum(onto, axis=(0, 2))
+
+
+def _batch_sums(model, tokens, mask, min_attention):
+  """{kind: (to_type [layers * H, 20], total [layers * H])} for every layer of the model."""
+  maps = attention_maps.layer_matrices(model, tokens, mask, range(model.cfg.num_layers))
+  out = {}
+  for kind in ("favor", "exact"):
+    if maps[kind] is None:
+      continue
+    sums = [head_sums(a, tokens, mask, min_attention) for a in maps[kind]]
+    out[kind] = (jnp.concatenate([s[0] for s in sums]), jnp.concatenate([s[1] for s in sums]))
+  return out
+
+
+_batch_sums_jit = nnx.jit(_batch_sums, static_argnames=("min_attention",))
+
+
+def similarity(proportions):
+  """Pearson correlation across heads of each pair of amino-acid columns: [K, 20] -> [20, 20].
+
+  A type whose share is the same in every head (e.g. never attended) has no
+  defined correlation: its row and column are NaN (the diagonal stays 1).
+  """
+  p = np.asarray(proportions, np.float64)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    sim = np.corrcoef(p, rowvar=False) if p.shape[0] >= 2 else np.full((p.shape[1],) * 2, np.nan)
+  np.fill_diagonal(sim, 1.0)
+  return sim
+
+
+def blosum_correlation(sim, blosum):
+  """Pearson r of an amino-acid similarity matrix and BLOSUM62 over pairs a < b and a <= b.
+
+  Pairs where the similarity is NaN are left out; returns
+  (r_offdiagonal, pairs used, r_all, pairs used); r is NaN below 3 pairs.
+  """
+  result = []
+  for k in (1, 0):  # 1: a < b (off-diagonal), 0: a <= b (with the diagonal)
+    rows, cols = np.triu_indices(len(STANDARD), k=k)
+    x, y = sim[rows, cols], blosum[rows, cols].astype(np.float64)
+    finite = np.isfinite(x)
+    r = (np.corrcoef(x[finite], y[finite])[0, 1] if finite.sum() >= 3 and np.std(x[finite]) > 0
+         else np.nan)
+    result += [float(r), int(finite.sum())]
+  return tuple(result)
+
+
+def model_inputs(records, seq_len, causal):
+  """Records -> (tokens [B, seq_len] int32, mask [B, seq_len] bool), padded as training pads."""
+  tokens = np.full((len(records), seq_len), vocab.PAD, np.int32)
+  for i, record in enumerate(records):
+    seq = attention_maps.model_input(record, seq_len, causal)
+    tokens[i, :len(seq)] = seq
+  return tokens, tokens != vocab.PAD
+
+
+def sample_indices(count, wanted, seed):
+  """`wanted` distinct record numbers of [0, count), drawn with `seed`, sorted (all if fewer)."""
+  rng = np.random.default_rng(seed)
+  return np.sort(rng.choice(count, size=min(wanted, count), replace=False))
+
+
+def run(cfg, *, progress=True):
+  """Computes the similarity. Returns (rows, extra): one row per matrix kind.
+
+  Raises:
+    UserError: see attention_maps.load_model; a dataset that is not a
+      prepared protein dataset, or without the split.
+  """
+  cfgs, model, _ = attention_maps.load_model(cfg.run)
+  data_cfg = cfgs["data"] if cfg.data is None else dataclasses.replace(cfgs["data"], path=cfg.data)
+  if pipeline.vocab_info(data_cfg)[0] != vocab.VOCAB_SIZE:
+    raise UserError(f"{data_cfg.path}: not a protein dataset (prepare-trembl)")
+  source = TokenShards(pipeline.split_folder(data_cfg, cfg.split))
+  if not len(source):
+    raise UserError(f"{data_cfg.path}: the {cfg.split!r} split is empty")
+  chosen = sample_indices(len(source), cfg.sequences, cfg.seed)
+  seq_len, causal = cfgs["model"].max_len, cfgs["model"].causal
+  heads = cfgs["model"].num_layers * cfgs["model"].num_heads
+  to_type, totals, residues = {}, {}, 0
+  batches = range(0, len(chosen), cfg.batch_size)
+  for start in tqdm.tqdm(batches, desc="aa-similarity", unit="batch", disable=not progress):
+    ids = chosen[start:start + cfg.batch_size]
+    records = [source[int(i)] for i in ids] + [np.zeros(0, np.int32)] * (cfg.batch_size - len(ids))
+    tokens, mask = model_inputs(records, seq_len, causal)  # fixed shape: one compilation
+    residues += int(np.sum(tokens >= _FIRST_RESIDUE))
+    try:
+      sums = jax.device_get(_batch_sums_jit(model, jnp.asarray(tokens), jnp.asarray(mask),
+                                            min_attention=cfg.min_attention))
+    except ValueError as e:
+      raise UserError(f"{cfg.run}: {e}") from None
+    for kind, (onto, total) in sums.items():
+      to_type[kind] = to_type.get(kind, 0.0) + np.asarray(onto, np.float64)
+      totals[kind] = totals.get(kind, 0.0) + np.asarray(total, np.float64)
+
+  blosum = load_blosum62()
+  rows = []
+  for kind in (k for k in ("favor", "exact") if k in to_type):
+    if not np.all(np.isfinite(to_type[kind])):  # FAVOR past MAX_NORM under jit gives NaN
+      raise UserError(f"{cfg.run}: non-finite {kind} attention (a scaled query or key past "
+                      f"favor.MAX_NORM = {favor.MAX_NORM:g}?)")
+    kept = totals[kind] >= max(cfg.min_total, np.finfo(np.float64).tiny)
+    proportions = to_type[kind][kept] / totals[kind][kept][:, None]  # [kept heads, 20]
+    sim = similarity(proportions)
+    r_off, n_off, r_all, n_all = blosum_correlation(sim, blosum)
+    rows.append({
+        "maps": kind, "r_offdiagonal": _finite_or_none(r_off), "pairs_offdiagonal": n_off,
+        "r_all": _finite_or_none(r_all), "pairs_all": n_all,
+        "heads_kept": int(kept.sum()), "heads": heads,
+        "kept_heads": [int(h) for h in np.flatnonzero(kept)],
+        "head_totals": totals[kind].tolist(),
+        "proportions": proportions.round(6).tolist(),
+        "similarity": [[_finite_or_none(x) for x in row] for row in sim],
+    })
+  extra = {
+      "amino_acids": STANDARD,
+      "blosum62": blosum.tolist(),
+      "blosum62_source": BLOSUM62_SOURCE,
+      "run": {"path": os.path.abspath(cfg.run), "step": cfgs["step"],
+              "attention": cfgs["model"].attention,
+              "causal": causal, "num_layers": cfgs["model"].num_layers,
+              "num_heads": cfgs["model"].num_heads, "max_len": seq_len},
+      "dataset": os.path.abspath(data_cfg.path),
+      "sequences_used": len(chosen), "sequences_in_split": len(source),
+      "residues_used": residues,
+      "maps_note": attention_maps.describe(cfgs["model"].attention,
+                                           attention_maps.kernel_of(model)),
+      "method": ("Vig et al. 2020: per head, the share of thresholded attention onto each "
+                 "residue type; similarity = Pearson across kept heads; r = Pearson with "
+                 "BLOSUM62 over the 190 pairs a < b (r_all: 210 pairs a <= b)"),
+  }
+  return rows, extra
+
+
+def _finite_or_none(x):
+  return float(x) if np.isfinite(x) else None
+
+
+def main(cfg, out, *, progress=True):
+  """Runs `cfg`, writes the JSON result to `out`, returns (rows, extra, seconds).
+
+  Raises:
+    UserError: `out` cannot be written (checked before work), or any error
+      of `run`.
+  """
+  check_writable(out)
+  start = time.perf_counter()
+  rows, extra = run(cfg, progress=progress)
+  seconds = time.perf_counter() - start
+  write_result(out, "aa_similarity", cfg, rows, wall_seconds=round(seconds, 1), extra=extra)
+  return rows, extra, seconds

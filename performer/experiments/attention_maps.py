@@ -1,0 +1,457 @@
+"""Attention matrices of a trained model for one protein (paper App. C.4, Figs. 10-11).
+
+FAVOR never forms its attention matrix; it is implicit in Eq. (4):
+A_ij = q'_i . k'_j / D_i with D_i = sum_j q'_i . k'_j, for the features
+q' = phi(q d^(-1/4)), k' = phi(k d^(-1/4)) of `favor.feature_parts`. The
+paper reads it off by attending to one-hot values; here it is formed
+directly, with the same per-feature reference and per-query normaliser as
+favor/attention.py (both cancel exactly), so that A @ v equals the
+backend's output. Beside it, `softmax_matrix` gives exact softmax attention
+softmax(q k^T / sqrt(d)) of the same q and k: the matrix FAVOR+ estimates
+(for ReLU-kernel Performers a comparison only, as they estimate no softmax).
+
+The protein is fed as in training (performer/data/pipeline.py): (B) models
+read the residues alone, (U) models [EOS] + residues, with the key mask
+`inputs != pad` (all True: no padding, no MLM corruption).
+"""
+
+import dataclasses
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from performer import favor
+from performer.atomic import atomic_path, check_writable
+from performer.attention.performer import PerformerAttention
+from performer.data import fasta, vocab
+from performer.errors import UserError
+from performer.experiments.results import write_result
+
+DEFAULT_FASTA = "runs/data/swissprot.fasta.gz"
+DEFAULT_ACCESSION = "P00974"  # BPT1_BOVIN, 100 residues (App. C.4)
+MAX_DEFAULT_LAYERS = 4  # Fig. 10 shows the first 4 layers
+# A per-feature reference below any real log, for a key set with no real key
+# (favor.attention's _NO_KEY: finite, so differences of two are 0, not NaN).
+_NO_KEY = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class MapsConfig:
+  """What to draw: a trained run, a protein by accession, which layers (0-based; None: up to 4)."""
+  run: str
+  fasta: str = DEFAULT_FASTA
+  accession: str = DEFAULT_ACCESSION
+  layers: tuple[int, ...] | None = None
+
+  def __post_init__(self):
+    # Messages name the `performer attention-maps` flag of each field.
+    if not self.accession.strip():
+      raise UserError("--accession is empty")
+    if self.layers is not None:
+      if not self.layers or min(self.layers) < 0:
+        raise UserError(f"--layers must be layer indices >= 0, got {_joined(self.layers)}")
+      if len(set(self.layers)) != len(self.layers):
+        raise UserError(f"--layers values must not repeat, got {_joined(self.layers)}")
+
+
+def find_sequence(path, accession):
+  """The record of `accession` in a FASTA file (plain or gzip), read by streaming.
+
+  A header matches when its accession (fasta.accession: 'sp|P00974|BPT1_BOVIN'
+  -> 'P00974', else the first word) or, in UniProt's 'db|ACC|NAME' form, its
+  entry name equals `accession`. The first match wins; reading stops there.
+
+  Returns:
+    (header without '>', residues as uint8 token ids [n]); lower case is
+    folded and one trailing '*' dropped, as prepare-trembl does.
+
+  Raises:
+    UserError: an unreadable or non-FASTA file, no such record, or a record
+      with characters outside the 25 amino-acid letters (naming its line).
+  """
+  wanted = accession.strip()
+  needle = wanted.encode()
+  for block, first_line, _ in fasta.read_blocks(path, {}):
+    if needle not in block:  # most blocks: no parsing at all
+      continue
+    lines = block.split(b"\n")
+    for i, line in enumerate(lines):
+      if not line.startswith(b">") or needle not in line:
+        continue
+      header = line[1:].strip().decode("utf-8", "replace")
+      if wanted not in _names(header):
+        continue
+      end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith(b">")), len(lines))
+      record = b"\n".join(lines[i:end])
+      parsed = fasta.parse_block((record, first_line + i, path, "fail", b"attention-maps"))
+      return header, parsed.tokens
+  raise UserError(f"{path}: no record {wanted!r} (looked for it as the accession or entry "
+                  "name of every header)")
+
+
+def _names(header):
+  """The accession and, for 'db|ACC|NAME ...' headers, the entry name."""
+  word = header.split(None, 1)[0] if header.strip() else ""
+  parts = word.split("|")
+  return {fasta.accession(header)} | ({parts[2]} if len(parts) >= 3 else set())
+
+
+def model_input(residues, seq_len, causal):
+  """Residue ids [n] -> the model input as training built it (pipeline._example), unpadded.
+
+  (B): the residues clipped to seq_len; (U): [EOS] + residues, clipped to
+  seq_len in all. Returns int32 [<= seq_len].
+  """
+  seq = np.asarray(residues, np.int32)
+  if causal:
+    seq = np.concatenate([[vocab.EOS], seq])
+  return seq[:seq_len]
+
+
+def softmax_matrix(q, k, *, mask=None, causal=False):
+  """Exact softmax attention weights softmax(q k^T / sqrt(d)), Eq. (1)-(2).
+
+  Args:
+    q: [B, Lq, H, d]; k: [B, Lk, H, d]; any float dtype (computed in float32).
+    mask: [B, Lk] bool key mask (True = real token) or None.
+    causal: query i sees keys j <= i.
+
+  Returns:
+    [B, H, Lq, Lk] float32, rows summing to 1; A @ v is
+    favor.softmax_attention(q, k, v, mask=mask, causal=causal).
+  """
+  d = q.shape[-1]
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32),
+                      k.astype(jnp.float32)) / jnp.sqrt(jnp.float32(d))
+  allowed = _allowed(q.shape[1], k.shape[1], causal)
+  if mask is not None:
+    allowed = allowed & mask[:, None, None, :]
+  return jax.nn.softmax(jnp.where(allowed, logits, jnp.finfo(jnp.float32).min), axis=-1)
+
+
+def favor_matrix(q, k, W, *, kernel="positive", kernel_epsilon=0.0, mask=None, causal=False,
+                 scale=None):
+  """The attention matrix implicit in FAVOR, Eq. (4): rows of Q' K'^T divided by D.
+
+  Built as favor.favor_attention builds its estimator: features of
+  q d^(-1/4) and k d^(-1/4) (`favor.feature_parts`, with `kernel_epsilon`
+  for generalized kernels), each key's logs less a per-feature reference c_f
+  (the maximum over real keys; for causal attention over keys <= i, row by
+  row), each query's logs plus c_f less their maximum. Both shifts cancel
+  in A, so A is the unstabilized estimator's, computed without overflow.
+
+  Args:
+    q: [B, Lq, H, d]; k: [B, Lk, H, d]; any float dtype.
+    W: [m, d] projection (a Performer layer's `attn.W[...]`), or None for a
+      generalized kernel without one.
+    kernel, kernel_epsilon, scale: as in `favor.favor_attention`.
+    mask: [B, Lk] bool key mask or None; masked keys get weight 0.
+    causal: unidirectional (needs Lq == Lk); query i sees keys j <= i.
+
+  Returns:
+    [B, H, Lq, Lk] float32 with A @ v equal to favor_attention(q, k, v, W,
+    ...) up to rounding. Rows sum to 1, except a row whose D is exactly 0
+    (e.g. all-zero ReLU features), which is 0, as the backend's output is.
+    Kernels with signed features (trig, identity, ...) may give negative weights.
+
+  Raises:
+    ValueError: unknown kernel, bad W (from `favor.feature_parts`), or
+      causal with Lq != Lk.
+  """
+  if causal and q.shape[1] != k.shape[1]:
+    raise ValueError(f"causal attention needs Lq == Lk, got {q.shape[1]} and {k.shape[1]}")
+  scale = q.shape[-1] ** -0.25 if scale is None else scale
+  featurize = lambda x: favor.feature_parts(  # [B, L, H, d] -> features [B, H, L, M]
+      jnp.swapaxes(x, 1, 2).astype(jnp.float32) * scale, W, kernel, kernel_epsilon=kernel_epsilon)
+  qf, kf = featurize(q), featurize(k)
+  keep = (jnp.ones(k.shape[:2], bool) if mask is None else mask)[:, None, :, None]  # [B, 1, Lk, 1]
+  allowed = _allowed(q.shape[1], k.shape[1], causal)  # [Lq, Lk]
+  if kf.log is None:  # bounded generalized features: no stabilization needed
+    scores = jnp.einsum("bhim,bhjm->bhij", qf.value, jnp.where(keep, kf.value, 0.0))
+  else:
+    k_log = jnp.where(keep, kf.log, -jnp.inf)  # [B, H, Lk, M or 1]
+    if causal:
+      scores = _causal_scores(qf, kf.value, k_log)
+    else:
+      c = jnp.maximum(jnp.max(k_log, axis=2, keepdims=True), _NO_KEY)  # [B, H, 1, M or 1]
+      scores = jnp.einsum("bhim,bhjm->bhij", _query_prime(qf, c),
+                          _times(kf.value, jnp.exp(k_log - c)))
+  scores = jnp.where(allowed, scores, 0.0)  # [B, H, Lq, Lk]
+  den = jnp.sum(scores, axis=-1, keepdims=True)
+  return jnp.where(den == 0.0, 0.0, scores / jnp.where(den == 0.0, 1.0, den))
+
+
+def _causal_scores(qf, k_value, k_log):
+  """q'_i . k'_j for j <= i against row i's own reference (keys <= i): [B, H, L, L].
+
+  One row at a time (lax.map), so only [B, H, L, M] exists at once.
+  """
+  length = k_log.shape[2]
+  c_all = jnp.maximum(jax.lax.cummax(k_log, axis=2), _NO_KEY)  # [B, H, L, M or 1]
+
+  def row(xs):
+    i, c, q_log, q_value = xs  # [], [B, H, M or 1], [B, H, M or 1], [B, H, M] or None
+    c = c[:, :, None]  # [B, H, 1, M or 1]
+    seen = (jnp.arange(length) <= i)[None, None, :, None]
+    k_prime = _times(k_value, jnp.exp(jnp.where(seen, k_log, -jnp.inf) - c))  # [B, H, L, M]
+    q_i = favor.Features(None if q_value is None else q_value[:, :, None], q_log[:, :, None])
+    return jnp.einsum("bhim,bhjm->bhij", _query_prime(q_i, c), k_prime)[:, :, 0]  # [B, H, L]
+
+  rows = lambda x: None if x is None else jnp.moveaxis(x, 2, 0)  # [B, H, L, e] -> [L, B, H, e]
+  xs = (jnp.arange(length), rows(c_all), rows(qf.log), rows(qf.value))
+  return jnp.moveaxis(jax.lax.map(row, xs), 0, 2)
+
+
+def _query_prime(qf, c):
+  """Query features against reference c, normalised by each query's largest term (<= 1)."""
+  q_log = qf.log + c
+  return _times(qf.value, jnp.exp(q_log - jnp.max(q_log, axis=-1, keepdims=True)))
+
+
+def _times(value, factor):
+  return factor if value is None else value * factor
+
+
+def _allowed(lq, lk, causal):
+  ones = jnp.ones((lq, lk), bool)
+  return jnp.tril(ones) if causal else ones
+
+
+def is_performer(block):
+  """Whether a block's attention is FAVOR (a Performer layer with its own W)."""
+  return isinstance(block.attn, PerformerAttention)
+
+
+def kernel_of(model):
+  """The feature kernel of a Performer model's attention, None for other models."""
+  return model.blocks[0].attn.kernel if is_performer(model.blocks[0]) else None
+
+
+def layer_matrices(model, tokens, mask, layers):
+  """Attention matrices of `layers` for a batch, with what checks them (a dict of lists).
+
+  Args:
+    model: a non-reversible `TransformerLM` in eval mode.
+    tokens: [B, L] int ids; mask: [B, L] bool (True = real token).
+    layers: layer indices.
+
+  Returns:
+    dict of lists, one [B, H, L, L] float32 per layer: 'exact' (softmax of
+    the layer's q, k), 'favor' (its implicit FAVOR matrix; None unless the
+    model is a Performer), and 'out' (the backend's own output [B, L, H, d])
+    with 'v' [B, L, H, d], for the A @ v check.
+  """
+  causal = model.cfg.causal
+  states = model.hidden_states(tokens, mask)
+  result = {"exact": [], "favor": None, "v": [], "out": []}
+  performer = all(is_performer(model.blocks[l]) for l in layers)
+  if performer:
+    result["favor"] = []
+  for l in layers:
+    block = model.blocks[l]
+    q, k, v = block.heads(states[l])
+    result["exact"].append(softmax_matrix(q, k, mask=mask, causal=causal))
+    if performer:
+      att = block.attn
+      result["favor"].append(favor_matrix(q, k, att.W[...], kernel=att.kernel,
+                                          kernel_epsilon=att.kernel_epsilon, mask=mask,
+                                          causal=causal))
+    result["v"].append(v)
+    result["out"].append(block.attn(q, k, v, mask=mask, causal=causal))
+  return result
+
+
+# One compilation for all layers (eager calls would compile every operation apart).
+_layer_matrices_jit = nnx.jit(layer_matrices, static_argnames=("layers",))
+
+
+def head_summary(A):
+  """Per-head numbers of attention matrices A [H, L, L] (rows = queries) as dict of [H] arrays.
+
+  mean_distance: expected |i - j| of a query's attention, averaged over
+    queries (positions).
+  diagonal_share: attention within |i - j| <= 1, averaged over queries.
+  top_column, top_column_share: the key position receiving the most
+    attention averaged over queries (a "vertical" pattern), and that average.
+  """
+  A = np.asarray(A, np.float64)
+  length = A.shape[-1]
+  pos = np.arange(length)
+  dist = np.abs(pos[:, None] - pos[None, :])  # [L, L]
+  column = A.mean(axis=1)  # [H, L]
+  return {
+      "mean_distance": (A * dist).sum(-1).mean(-1),
+      "diagonal_share": (A * (dist <= 1)).sum(-1).mean(-1),
+      "top_column": column.argmax(-1),
+      "top_column_share": column.max(-1),
+  }
+
+
+def total_variation(A, B):
+  """Per-head mean and max over rows of 0.5 sum_j |A_ij - B_ij| for [H, L, L] arrays."""
+  tv = 0.5 * np.abs(np.asarray(A, np.float64) - np.asarray(B, np.float64)).sum(-1)  # [H, L]
+  return tv.mean(-1), tv.max(-1)
+
+
+def describe(attention, kernel=None):
+  """What the 'favor' and 'exact' maps of a run are, in a sentence.
+
+  attention: the run's ModelConfig.attention; kernel: its Performer layers'
+  feature kernel (`kernel_of`), None for other models.
+  """
+  if kernel is not None:
+    if kernel in favor.SOFTMAX_KERNELS:
+      return (f"favor: the implicit attention matrix of {attention} ({kernel} features), the "
+              "model's own attention; exact: softmax(q k^T / sqrt(d)) of the same q, k, the "
+              "matrix FAVOR estimates")
+    return (f"favor: the implicit attention matrix of {attention} ({kernel} kernel), the "
+            "model's own attention; exact: softmax(q k^T / sqrt(d)) of the same q, k, which "
+            "this kernel does not estimate: a comparison only")
+  if attention == "exact":
+    return ("exact: the model's own softmax attention; a Transformer has no FAVOR matrix, so "
+            "only exact maps exist")
+  return (f"exact: softmax(q k^T / sqrt(d)) of the run's q, k, not the {attention} attention "
+          "the model uses; no FAVOR matrix for a non-Performer run")
+
+
+def load_model(run):
+  """trained.load(run) for these experiments: (configs, model, tokens).
+
+  configs also holds the restored checkpoint's step, configs["step"].
+
+  Raises:
+    UserError: not a trained workdir, not a protein model, or a reversible
+      (Reformer) model, whose residual stream `hidden_states` cannot give.
+  """
+  from performer.experiments import trained  # pylint: disable=import-outside-toplevel
+  from performer.train.checkpoint import Checkpoints  # pylint: disable=import-outside-toplevel
+  cfgs, model, tokens = trained.load(run)
+  with Checkpoints(os.path.abspath(os.path.join(run, "checkpoints")), create=False) as ckpt:
+    cfgs["step"] = ckpt.latest_step()  # what trained.load restored (barring a save since)
+  if cfgs["model"].vocab_size != vocab.VOCAB_SIZE:
+    raise UserError(f"{run}: not a protein model (vocabulary of {cfgs['model'].vocab_size} "
+                    f"tokens, not the {vocab.VOCAB_SIZE} of performer/data/vocab.py)")
+  if cfgs["model"].reversible:
+    raise UserError(f"{run}: a reversible ({cfgs['model'].attention}) model; attention maps "
+                    "need the plain residual stream of non-reversible models")
+  return cfgs, model, tokens
+
+
+def run(cfg):
+  """Computes the maps. Returns (rows, extra, arrays) for `main` to write.
+
+  Raises:
+    UserError: see `load_model`, `find_sequence`; a protein longer than the
+      run's max_len; --layers beyond the model's.
+  """
+  cfgs, model, _ = load_model(cfg.run)
+  model_cfg = cfgs["model"]
+  layers = cfg.layers or tuple(range(min(MAX_DEFAULT_LAYERS, model_cfg.num_layers)))
+  if max(layers) >= model_cfg.num_layers:
+    raise UserError(f"--layers {_joined(layers)}: the run has {model_cfg.num_layers} layers "
+                    f"(0-{model_cfg.num_layers - 1})")
+  header, residues = find_sequence(cfg.fasta, cfg.accession)
+  needed = len(residues) + int(model_cfg.causal)
+  if needed > model_cfg.max_len:
+    start = "[EOS] + " if model_cfg.causal else ""
+    raise UserError(f"{cfg.accession} has {len(residues)} residues; {start}the sequence is "
+                    f"{needed} tokens, past the run's max_len {model_cfg.max_len} "
+                    "(DataConfig.seq_len)")
+  tokens = model_input(residues, model_cfg.max_len, model_cfg.causal)[None]  # [1, L]
+  mask = jnp.asarray(tokens != vocab.PAD)
+  maps = _layer_matrices_jit(model, jnp.asarray(tokens), mask, layers=layers)
+  if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(maps)):
+    raise UserError(f"{cfg.run}: non-finite attention: a scaled query or key past "
+                    f"favor.MAX_NORM = {favor.MAX_NORM:g}, which FAVOR cannot serve")
+  own = maps["favor"] if maps["favor"] is not None else (
+      maps["exact"] if model_cfg.attention == "exact" else None)
+  exact = np.stack([np.asarray(a[0]) for a in maps["exact"]])  # [layers, H, L, L]
+  favor_maps = (None if maps["favor"] is None
+                else np.stack([np.asarray(a[0]) for a in maps["favor"]]))
+
+  rows = []
+  for n, l in enumerate(layers):
+    check = None
+    if own is not None:  # the model's own matrix times v reproduces its attention output
+      recon = jnp.einsum("bhij,bjhd->bihd", own[n], maps["v"][n].astype(jnp.float32))
+      check = float(jnp.max(jnp.abs(recon - maps["out"][n].astype(jnp.float32))))
+    stats = {"exact": head_summary(exact[n])}
+    if favor_maps is not None:
+      stats["favor"] = head_summary(favor_maps[n])
+      tv_mean, tv_max = total_variation(favor_maps[n], exact[n])
+    for h in range(model_cfg.num_heads):
+      row = {"layer": l, "head": h, "name": f"{l}-{h}", "own_matrix_check": check}
+      for kind in ("favor", "exact"):
+        for key in ("mean_distance", "diagonal_share", "top_column", "top_column_share"):
+          value = stats[kind][key][h] if kind in stats else None
+          row[f"{kind}_{key}"] = None if value is None else (
+              int(value) if key == "top_column" else float(value))
+      row["tv_mean"] = float(tv_mean[h]) if favor_maps is not None else None
+      row["tv_max"] = float(tv_max[h]) if favor_maps is not None else None
+      rows.append(row)
+
+  labels = [_label(t) for t in tokens[0]]
+  extra = {
+      "protein": {"accession": cfg.accession, "header": header, "residues": len(residues),
+                  "sequence": vocab.decode(residues)},
+      "run": {"path": os.path.abspath(cfg.run), "step": cfgs["step"],
+              "attention": model_cfg.attention,
+              "causal": model_cfg.causal, "num_layers": model_cfg.num_layers,
+              "num_heads": model_cfg.num_heads, "head_dim": model_cfg.head_dim,
+              "attention_options": dict(model_cfg.attention_options)},
+      "layers": list(layers),
+      "labels": labels,
+      "maps": ["favor", "exact"] if favor_maps is not None else ["exact"],
+      "maps_note": describe(model_cfg.attention, kernel_of(model)),
+      "own_matrix_check_note": ("max |A v - backend output| over the layer, A the model's own "
+                                "matrix (favor for Performers, exact for Transformers); null "
+                                "when the model's attention is neither"),
+  }
+  arrays = {"exact": exact, "tokens": tokens[0].astype(np.int32)}
+  if favor_maps is not None:
+    arrays["favor"] = favor_maps
+  return rows, extra, arrays
+
+
+def _label(token):
+  """Axis label of a token: its residue letter, '^' for the (U) start token."""
+  name = vocab.TOKENS[int(token)]
+  return "^" if name == "<eos>" else name
+
+
+def arrays_path(out):
+  """The .npz written beside the JSON result `out` (a.json -> a.npz)."""
+  return os.path.splitext(out)[0] + ".npz"
+
+
+def main(cfg, out):
+  """Runs `cfg`; writes `out` (JSON: per-head rows) and its .npz of maps; returns (rows, extra, s).
+
+  The .npz holds exact [layers, H, L, L], favor (same shape; Performer runs
+  only) and tokens [L]; the JSON names it (field `arrays`, relative to the
+  JSON's folder).
+
+  Raises:
+    UserError: `out` is not a writable .json path (checked before work), or
+      any error of `run`.
+  """
+  if not out.endswith(".json"):
+    raise UserError(f"--out {out}: give a .json file (the maps go to a .npz beside it)")
+  check_writable(out)
+  start = time.perf_counter()
+  rows, extra, arrays = run(cfg)
+  seconds = time.perf_counter() - start
+  npz = arrays_path(out)
+  with atomic_path(npz) as tmp, open(tmp, "wb") as f:
+    np.savez_compressed(f, **arrays)
+  extra["arrays"] = os.path.basename(npz)
+  write_result(out, "attention_maps", cfg, rows, wall_seconds=round(seconds, 1), extra=extra)
+  return rows, extra, seconds
+
+
+def _joined(values):
+  return ",".join(map(str, values))

@@ -1,0 +1,91 @@
+"""Fig. 14: a Transformer against its own weights with FAVOR+, relative error against layer.
+
+Reads an error-propagation result file. One column of panels per setting
+(trained, init), one row per quantity: the residual stream after block l,
+the output distribution of the model cut after block l, and block l's
+attention alone on the Transformer's own input (no error carried in). One
+line per m: the mean over the draws, the band their minimum to maximum (a
+log axis cannot show mean - std below 0). Never recomputes the experiment.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+
+from performer.errors import UserError  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+
+REQUIRED = {"setting": str, "quantity": str, "m": float, "layer": float, "num_layers": float,
+            "error_mean": float, "error_min": float, "error_max": float, "draws": float}
+
+QUANTITIES = {
+    "hidden": "residual stream after block l",
+    "output": "output distribution, model cut after block l",
+    "attention": "block l's attention alone, exact input",
+}
+SETTINGS = {"trained": "trained weights", "init": "at initialisation"}
+
+
+def render(input_path, out_path):
+  """Reads an error_propagation JSON file and writes the figure to out_path (PNG by default).
+
+  Raises:
+    UserError: the file is missing, not JSON, not an error_propagation
+      result, lacks the columns above, or holds none of the quantities.
+  """
+  figure_format(out_path)  # a wrong extension fails first
+  record, rows = load_rows(input_path, "error_propagation", REQUIRED)
+  rows = [r for r in rows if r["quantity"] in QUANTITIES]
+  if not rows:
+    raise UserError(f"{input_path}: no rows of quantity {', '.join(QUANTITIES)}")
+  check_figure_path(out_path)  # before drawing, not after
+  settings = list(dict.fromkeys(r["setting"] for r in rows))
+  quantities = [q for q in QUANTITIES if any(r["quantity"] == q for r in rows)]
+  ms = sorted({r["m"] for r in rows})
+  colours = {m: plt.get_cmap("viridis")(i / max(len(ms) - 1, 1) * 0.9) for i, m in enumerate(ms)}
+  fig, axes = plt.subplots(len(quantities), len(settings), squeeze=False, layout="constrained",
+                           figsize=(4.8 * len(settings) + 1.2, 3.3 * len(quantities)))
+  for col, setting in enumerate(settings):
+    for row_index, quantity in enumerate(quantities):
+      ax = axes[row_index][col]
+      panel = [r for r in rows if r["setting"] == setting and r["quantity"] == quantity]
+      for m in ms:
+        curve = sorted((r for r in panel if r["m"] == m), key=lambda r: r["layer"])
+        if not curve:
+          continue
+        layers = [r["layer"] for r in curve]
+        ax.plot(layers, [r["error_mean"] for r in curve], marker="o", markersize=4,
+                color=colours[m], label=f"m = {m:g}")
+        ax.fill_between(layers, [r["error_min"] for r in curve], [r["error_max"] for r in curve],
+                        color=colours[m], alpha=0.18, linewidth=0)
+      values = [r[k] for r in panel for k in ("error_mean", "error_min")]
+      if values and min(values) > 0:
+        ax.set_yscale("log")
+      elif values and max(values) == 0:
+        ax.text(0.5, 0.5, "all errors 0", transform=ax.transAxes, ha="center")
+      layers = sorted({int(r["layer"]) for r in panel})
+      ax.set_xticks(layers)
+      ax.set_xlabel("layer l")
+      ax.set_ylabel("relative error (Frobenius)")
+      num_layers = int(panel[0]["num_layers"]) if panel else 0
+      note = (" (l < N: probe)" if quantity == "output" and setting == "trained"
+              and num_layers > 1 else "")
+      ax.set_title(f"{SETTINGS.get(setting, setting)} (N = {num_layers}): "
+                   f"{QUANTITIES[quantity]}{note}", fontsize=9)
+      ax.grid(True, which="both", alpha=0.3)
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  if handles:
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+  first = rows[0]
+  what = f"{first.get('attention', 'FAVOR')} ({first.get('projection', '?')} features)"
+  data = (f"{first['sequences']} {first.get('split', '')} sequences; "
+          if "sequences" in first else "")
+  config = record.get("config") if isinstance(record.get("config"), dict) else {}
+  direction = {True: " (U)", False: " (B)"}.get(first.get("causal"), "")
+  run = f"{config['run']}{direction}: " if isinstance(config.get("run"), str) else ""
+  fig.suptitle(f"{run}Transformer vs the same weights with {what}\n{data}lines: mean of "
+               f"{first['draws']:g} draws, bands: min to max", fontsize=10)
+  save_figure(fig, out_path)
+  plt.close(fig)
+  return out_path

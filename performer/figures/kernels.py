@@ -1,0 +1,161 @@
+"""Fig. 16 (App. D.3): generalized-attention kernels on TrEMBL, accuracy against step, log-log.
+
+Reads Performer run folders (gin/trembl_b_performer_kernels.gin, one per
+KERNEL) and draws validation accuracy (solid, markers) and train accuracy
+(dashed, thin) in % against the step on log-log axes, one colour per
+kernel (a kernel's further runs thinner and lighter), labelled with the
+kernel from the run's config. A run that a NaN or Inf
+stopped (diverged.json, written by train/loop.py) ends in an 'x' at the step
+it stopped at, and its legend entry says "NaN at step S". Never recomputes
+anything.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
+
+from performer.errors import UserError  # pylint: disable=wrong-import-position
+from performer.figures import runs  # pylint: disable=wrong-import-position
+from performer.figures.curves import SCORED, STYLES, curve  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
+
+# The kernel a Performer backend uses when its options name none (attention/performer.py).
+DEFAULT_KERNELS = {"performer_softmax": "positive", "performer_relu": "relu"}
+# Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
+KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",
+                 "abs": "abs (absolute)", "gelu": "gelu", "trig": "trig (cosine)",
+                 "tanh": "tanh", "identity": "identity", "elu_plus_one": "elu_plus_one",
+                 "positive": "positive (FAVOR+)", "hyperbolic": "hyperbolic"}
+COLOURS = dict(zip(KERNEL_LABELS, [f"C{i}" for i in range(10)] + ["k"]))
+
+
+def options(run):
+  """The run's model.attention_options (a dict, {} when absent)."""
+  return (run.config.get("model") or {}).get("attention_options") or {}
+
+
+def kernel_of(run):
+  """The feature kernel of a Performer run: its options' kernel, else the backend's default.
+
+  Raises:
+    UserError: the run is not a Performer (performer_softmax / performer_relu).
+  """
+  if run.attention not in DEFAULT_KERNELS:
+    raise UserError(f"{run.path}: attention {run.attention!r} has no feature kernel; give "
+                    f"{' or '.join(DEFAULT_KERNELS)} runs")
+  return options(run).get("kernel", DEFAULT_KERNELS[run.attention])
+
+
+def one_direction(loaded):
+  """The direction ("U" or "B") all runs share.
+
+  Raises:
+    UserError: (U) and (B) runs mixed: their accuracies are scored differently.
+  """
+  directions = {run.direction for run in loaded}
+  if len(directions) > 1:
+    first = {d: next(r.path for r in loaded if r.direction == d) for d in directions}
+    raise UserError(f"{first['U']} is (U) and {first['B']} is (B): they are scored on different "
+                    "positions; give runs of one direction")
+  return directions.pop()
+
+
+def loggable(steps, values):
+  """The points a log-log axis can show (step > 0, value > 0)."""
+  kept = [(s, v) for s, v in zip(steps, values) if s > 0 and v > 0]
+  return [s for s, _ in kept], [v for _, v in kept]
+
+
+def mark_divergence(ax, run, colour, last_value, *, log_x=False):
+  """An 'x' where a NaN stopped `run`, at height last_value; returns its legend text.
+
+  Without a drawn point (stopped before its first log) the 'x' sits at the
+  bottom of the panel. On a log x axis step 0 is drawn at 1. Returns None
+  for a run that did not diverge.
+  """
+  step = run.diverged_at
+  if step is None:
+    return None
+  x = max(step, 1) if log_x else step
+  if last_value is None:
+    ax.plot([x], [0.03], marker="x", color=colour, markersize=9, markeredgewidth=2,
+            linestyle="none", transform=ax.get_xaxis_transform(), label=f"{run.name} NaN")
+  else:
+    ax.plot([x], [last_value], marker="x", color=colour, markersize=9, markeredgewidth=2,
+            linestyle="none", label=f"{run.name} NaN")
+  return f"NaN at step {step}"
+
+
+def _labels(loaded):
+  """{run path: legend label}: the kernel, and the folder name where kernels repeat."""
+  kernels = [kernel_of(run) for run in loaded]
+  return {run.path: KERNEL_LABELS.get(k, k) + (f" ({run.name})" if kernels.count(k) > 1 else "")
+          for run, k in zip(loaded, kernels)}
+
+
+def render(run_dirs, out_path):
+  """Reads Performer run folders and writes Fig. 16 to out_path.
+
+  Args:
+    run_dirs: `performer train` workdirs of performer_relu / performer_softmax
+      runs, typically one per kernel (model.attention_options kernel).
+    out_path: the image; its extension names the format (png without one).
+
+  Returns:
+    out_path.
+
+  Raises:
+    UserError: an unknown image format, an unwritable out_path, any
+      runs.load_runs error, a run that is not a Performer, (U) and (B) runs
+      mixed, or no accuracy row and no divergence in any run.
+  """
+  figure_format(out_path)
+  loaded = runs.load_runs(run_dirs)
+  labels = _labels(loaded)
+  direction = one_direction(loaded)
+  order = sorted(loaded, key=lambda r: (list(KERNEL_LABELS) + [kernel_of(r)]).index(kernel_of(r)))
+  check_figure_path(out_path)
+  fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
+  drawn, handles, seen = 0, [], []
+  for run in order:
+    colour = COLOURS.get(kernel_of(run), "C7")
+    label, ends = labels[run.path], []
+    width, alpha = (1.8, 1.0) if kernel_of(run) not in seen else (1.0, 0.55)
+    seen.append(kernel_of(run))
+    for split, style in STYLES.items():
+      steps, values = loggable(*curve(run, split, "accuracy"))
+      if not steps:
+        continue
+      valid = split == "valid"
+      ax.plot(steps, values, color=colour, linestyle=style, linewidth=width if valid else 0.9,
+              alpha=alpha if valid else 0.6 * alpha, marker="o" if valid else None,
+              markersize=2 * width, label=f"{label} {split}")
+      drawn += 1
+      ends.append((steps[-1], valid, values[-1]))
+    # The 'x' continues the curve that got furthest (validation on a tie).
+    nan = mark_divergence(ax, run, colour, max(ends)[2] if ends else None, log_x=True)
+    drawn += nan is not None
+    handles.append(Line2D([], [], color=colour, linewidth=width, alpha=alpha,
+                          marker="x" if nan else None, label=label + (f": {nan}" if nan else "")))
+  if not drawn:
+    plt.close(fig)
+    raise UserError(f"{', '.join(run_dirs)}: no train or valid rows with accuracy in "
+                    "metrics.jsonl, and no diverged.json")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("step")
+  ax.set_ylabel("accuracy (%)")
+  ax.set_title(f"{SCORED[direction]}; validation solid, train dashed; x: stopped by a NaN",
+               fontsize=10)
+  ax.grid(True, which="both", alpha=0.3)
+  handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
+              Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=4,
+                     label="validation")]
+  ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
+            borderaxespad=0)
+  fig.suptitle("Generalized attention kernels (Fig. 16 style), log-log", fontsize=11)
+  save_figure(fig, out_path)
+  plt.close(fig)
+  return out_path

@@ -1,0 +1,79 @@
+"""Fig. 5 from hand-made fine-tuned run folders: variants named from configs, lines as given."""
+
+import json
+
+import matplotlib
+import pytest
+
+from performer import figures
+from performer.errors import UserError
+from performer.figures import backward_compat, runs
+
+matplotlib.use("Agg")
+
+
+def _finetuned(make_run, name, attention, options, *, source, causal=True, start=0.07):
+  """A run folder fine-tuned from `source`: valid at steps 0 (the transfer), 10, 20."""
+  path = make_run(name, attention, causal=causal, metrics=[
+      (0, "valid", start, 15.0, 2.7), (10, "train", 0.10, 14.0, 2.6),
+      (10, "valid", 0.11, 13.0, 2.5), (20, "valid", 0.12, 12.5, 2.4)])
+  with open(f"{path}/config.json") as f:
+    config = json.load(f)
+  config["model"]["attention_options"] = options
+  config["train"]["init_from"] = source
+  config["data"] = {"path": "/data/swissprot"}
+  with open(f"{path}/config.json", "w") as f:
+    json.dump(config, f)
+  return path
+
+
+def test_variants_are_named_from_attention_and_options(make_run):
+  source = make_run("source", "exact", causal=True, metrics=[(100, "valid", 0.113, 17.0, 2.8)])
+  cases = {
+      "exact": ("exact", {}),
+      "pos": ("performer_softmax", {"num_features": 64}),
+      "no_redraw": ("performer_softmax", {"redraw_every": 0}),
+      "trig": ("performer_softmax", {"kernel": "trig"}),
+      "smreg": ("performer_softmax", {"scaling": "sqrt_d"}),
+  }
+  paths = {name: _finetuned(make_run, name, att, opts, source=source)
+           for name, (att, opts) in cases.items()}
+  names = {name: backward_compat.variant(runs.load_run(p)) for name, p in paths.items()}
+  assert names == {"exact": "Transformer (continued)", "pos": "Performer positive, redraw",
+                   "no_redraw": "Performer positive, no redraw", "trig": "Performer trig",
+                   "smreg": "Performer SMREG"}
+
+
+def test_figure_draws_each_variant_and_the_source_line(make_run, tmp_path, monkeypatch):
+  source = make_run("source", "exact", causal=True, metrics=[(100, "valid", 0.113, 17.0, 2.8)])
+  paths = [_finetuned(make_run, "pos", "performer_softmax", {}, source=source, start=0.071),
+           _finetuned(make_run, "lin", "linformer", {}, source=source, causal=False)]
+  drawn = {}
+  real_save = backward_compat.save_figure
+
+  def spy(fig, out):
+    drawn.update({ax.get_title(): {line.get_label(): list(line.get_ydata())
+                                   for line in ax.get_lines()} for ax in fig.axes})
+    real_save(fig, out)
+  monkeypatch.setattr(backward_compat, "save_figure", spy)
+  out = str(tmp_path / "fig5.png")
+  assert figures.figure("backward-compat", run_dirs=paths, out_path=out) == (out,)
+  u = drawn["swissprot (U) unidirectional"]
+  assert u["Performer positive, redraw (transferred: 7.1%)"] == pytest.approx([7.1, 11.0, 12.0])
+  assert u["source Transformer, end of training (11.3%)"] == pytest.approx([11.3, 11.3])
+  assert "Linformer (transferred: 7.0%)" in drawn["swissprot (B) bidirectional"]
+  assert (tmp_path / "fig5.png").stat().st_size > 10_000
+
+
+def test_runs_that_are_not_fine_tuned_are_refused(make_run, tmp_path):
+  plain = make_run("plain", "exact", causal=True, metrics=[(10, "valid", 0.1, 17.0, 2.8)])
+  with pytest.raises(UserError, match="not a fine-tuned run"):
+    figures.figure("backward-compat", run_dirs=[plain], out_path=str(tmp_path / "x.png"))
+  a = _finetuned(make_run, "a", "performer_softmax", {}, source=plain)
+  b = _finetuned(make_run, "b", "performer_softmax", {"num_features": 32}, source=plain)
+  with pytest.raises(UserError, match="both are Performer positive, redraw"):
+    figures.figure("backward-compat", run_dirs=[a, b], out_path=str(tmp_path / "x.png"))
+
+
+def test_default_file_is_fig5_beside_the_runs(make_run):
+  assert figures.default_out("backward-compat", ["runs/x/a"]) == "runs/x/fig5_backward_compat.png"

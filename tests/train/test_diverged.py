@@ -1,0 +1,82 @@
+"""A NaN stops `performer train` with a one-line error and leaves diverged.json for the figures."""
+
+import json
+import os
+import re
+
+import pytest
+
+from performer import cli
+from performer.errors import UserError
+from performer.figures import runs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 1",
+        "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
+        "ModelConfig.attention_options = {'num_features': 8}", "TrainConfig.log_every = 1",
+        "TrainConfig.eval_every = 2", "TrainConfig.checkpoint_every = 2",
+        "TrainConfig.eval_batches = 1"]
+
+
+
+def _train(data, workdir, *bindings):
+  argv = ["train", "--gin", os.path.join(ROOT, "gin/mini/trembl_u_performer_relu.gin"),
+          "--workdir", str(workdir)]
+  for binding in [f"DataConfig.path = '{data}'", *TINY, *bindings]:
+    argv += ["--gin_param", binding]
+  return cli.main(argv)
+
+
+def _record(workdir):
+  with open(workdir / "diverged.json") as f:
+    return json.load(f)
+
+
+def _error_lines(capsys):
+  """The command's error lines on stderr (the progress bar writes there too)."""
+  return [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+
+
+def test_a_nan_writes_diverged_json_and_stops_with_one_line(data, tmp_path, capsys):
+  # Adam moves every weight by ~lr per step whatever the gradient: 1e30 overflows at once.
+  assert _train(data, tmp_path, "TrainConfig.steps = 4", "OptimConfig.learning_rate = 1e30") == 2
+  err = _error_lines(capsys)
+  assert len(err) == 1, err
+  match = re.fullmatch(r"performer train: error: non-finite loss or gradient at step ([01]); "
+                       r"stopped; there is no checkpoint yet, so re-running starts from scratch",
+                       err[0].split("\r")[-1])
+  assert match, err[0]
+  step = int(match.group(1))
+  record = _record(tmp_path)
+  assert record == {"step": step, "last_checkpoint": None, "reason": record["reason"]}
+  assert re.fullmatch(r"non-finite (loss \S+|gradient norm \S+|loss \S+ and gradient norm \S+)",
+                      record["reason"]), record["reason"]
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]  # written atomically
+  run = runs.load_run(str(tmp_path))  # the figures see where it stopped
+  assert run.diverged_at == step and run.diverged["last_checkpoint"] is None
+  assert all(r["step"] <= step for r in run.metrics)  # logged rows end before it
+
+
+@pytest.mark.slow  # ~60 s: three runs; the test above covers the record by default
+def test_the_record_names_the_kept_checkpoint_and_a_resumed_run_drops_it(data, tmp_path, capsys):
+  assert _train(data, tmp_path, "TrainConfig.steps = 2") == 0  # a good checkpoint at step 2
+  assert _train(data, tmp_path, "TrainConfig.steps = 6", "OptimConfig.learning_rate = 1e30") == 2
+  err = _error_lines(capsys)
+  assert len(err) == 1 and "the last good checkpoint is step 2" in err[0], err
+  record = _record(tmp_path)
+  assert record["last_checkpoint"] == 2 and record["step"] in (2, 3)
+  assert f"at step {record['step']};" in err[0]
+  # Resumed with a sane learning rate, the run is no longer stopped: the record goes.
+  assert _train(data, tmp_path, "TrainConfig.steps = 3") == 0
+  assert not os.path.exists(tmp_path / "diverged.json")
+  assert runs.load_run(str(tmp_path)).diverged_at is None
+
+
+def test_a_malformed_record_is_a_one_line_error(tmp_path):
+  folder = tmp_path / "run"
+  folder.mkdir()
+  (folder / "config.json").write_text(json.dumps({"model": {"attention": "exact", "causal": True}}))
+  (folder / "metrics.jsonl").write_text("")
+  (folder / "diverged.json").write_text(json.dumps({"step": "soon"}))
+  with pytest.raises(UserError, match=r"diverged.json: step = 'soon' is not a step number"):
+    runs.load_run(str(folder))
