@@ -35,9 +35,8 @@ def _approx_error(args):
     cells = [f"{r['kernel']}/{r['projection']}/{r['scaling']}={r['mse_median']:.2e}"
              for r in rows if r["input_scale"] == scale and r["m"] == m_max]
     print(f"  input scale {scale:g}: " + ", ".join(cells))
-  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
-        f"{program} figure mse-vs-m --input {args.out}")
+        f"{_program()} figure mse-vs-m --input {args.out}")
 
 
 def _error_propagation(args):
@@ -49,9 +48,8 @@ def _error_propagation(args):
       seed=args.seed)
   rows, seconds = error_propagation.main(cfg, args.out)
   print("\n".join(error_propagation.table(rows)))
-  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
-        f"{program} figure error-propagation --input {args.out}")
+        f"{_program()} figure error-propagation --input {args.out}")
 
 
 def _lemma2(args):
@@ -62,9 +60,13 @@ def _lemma2(args):
       samples=args.samples, low_kernel_angle=args.low_kernel_angle, seed=args.seed)
   rows, extra, seconds = lemma2.main(cfg, args.out)
   print(lemma2.summary(cfg, rows, extra))
-  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
-        f"{program} figure lemma2 --input {args.out}")
+        f"{_program()} figure lemma2 --input {args.out}")
+
+
+def _program():
+  """How the user called us, for "draw it with" hints: sys.argv[0] if it is the performer script."""
+  return sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
 
 
 def _names(text):
@@ -105,9 +107,8 @@ def _speed(args):
           f"{row['mode']:6} L={row['L']:<6}{chunk} {timing}")
   print("targets (ratios of measurements in this run):")
   print("\n".join(speed.format_ratios(table)))
-  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
-        f"{program} figure speed --input {args.out}")
+        f"{_program()} figure speed --input {args.out}")
 
 
 def _prepare_trembl(args):
@@ -226,9 +227,8 @@ def _attention_maps(args):
     if at[0]["own_matrix_check"] is not None:
       line += f"; max |A v - output| {at[0]['own_matrix_check']:.1e}"
     print(line)
-  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} and {extra['arrays']} in {seconds:.0f} s; draw it with: "
-        f"{program} figure attention-maps --input {args.out}")
+        f"{_program()} figure attention-maps --input {args.out}")
 
 
 def _aa_similarity(args):
@@ -248,9 +248,8 @@ def _aa_similarity(args):
     if row["heads_kept"] < 3:
       print(f"    too few heads pass --min-attention {cfg.min_attention:g} and --min-total "
             f"{cfg.min_total:g} for a correlation; lower them for diffuse attention")
-  program = sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
-        f"{program} figure aa-similarity --input {args.out}")
+        f"{_program()} figure aa-similarity --input {args.out}")
 
 
 def _figure(args):
