@@ -94,7 +94,8 @@ def _speed(args):
       configs=args.config, attentions=args.attention, directions=args.direction,
       modes=args.mode, seq_lens=args.seq_lens or speed.SWEEP, layer=args.layer_only, repeats=args.repeats,
       time_cap=args.time_cap, memory_cap=args.memory_cap,
-      chunk_sizes=args.chunk_sizes or (None,), targets=args.targets, profile=args.profile)
+      chunk_sizes=args.chunk_sizes or (None,), targets=args.targets, profile=args.profile,
+      dtype=args.dtype)
   rows, table, seconds = speed.main(cfg, args.out)
   for row in rows:
     where = "layer" if row["layer"] else "model"
@@ -109,6 +110,16 @@ def _speed(args):
   print("\n".join(speed.format_ratios(table)))
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
         f"{_program()} figure speed --input {args.out}")
+
+
+def _throughput(args):
+  from performer.experiments import throughput  # pylint: disable=import-outside-toplevel
+  cfg = throughput.ThroughputConfig(gin=tuple(args.gin), bindings=tuple(args.gin_param),
+                                    devices=args.devices, steps=args.steps,
+                                    log_every=args.log_every, platform=args.platform)
+  rows, seconds = throughput.main(cfg, args.out)
+  print("\n".join(throughput.format_rows(rows)))
+  print(f"wrote {args.out} in {seconds:.0f} s")
 
 
 def _prepare_trembl(args):
@@ -176,33 +187,52 @@ def _prepare_pg19(args):
     print(f.read().rstrip())
 
 
-def _gin(files, bindings):
-  from performer import configurables  # pylint: disable=import-outside-toplevel
-  configurables.parse(files, bindings)  # UserError names a bad file or binding
-
-
 def _train(args):
-  from performer.train import loop  # pylint: disable=import-outside-toplevel
-  _gin(args.gin, args.gin_param)
-  print(f"process {_processes()}; workdir {args.workdir}")
-  valid = loop.run(args.workdir)
+  from performer import configurables  # pylint: disable=import-outside-toplevel
+  from performer.train import distributed, loop  # pylint: disable=import-outside-toplevel
+  configurables.parse(args.gin, args.gin_param)  # UserError names a bad file or binding
+  loop.check_workdir(args.workdir)
+  distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+  cfg = configurables.resolve()
+  distributed.say(f"process {_processes()}; workdir {args.workdir}")
+  valid = loop.run(cfg, args.workdir)
   if valid:
-    print("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
+    distributed.say("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
 
 
 def _eval(args):
-  from performer.train import evaluate  # pylint: disable=import-outside-toplevel
+  from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
   splits = _names(args.split)
   bad = [s for s in splits if s not in ("valid", "test", "ood")] or ([] if splits else [args.split])
   if bad:
     raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
+  distributed.initialize(args.coordinator, args.num_processes, args.process_id)
   results = evaluate.run_splits(args.workdir, splits)
-  print(json.dumps(results[0] if len(results) == 1 else results, indent=1, sort_keys=True))
+  import jax  # pylint: disable=import-outside-toplevel
+  if jax.process_index() == 0:
+    print(json.dumps(results[0] if len(results) == 1 else results, indent=1, sort_keys=True))
 
 
 def _processes():
   import jax  # pylint: disable=import-outside-toplevel
   return f"{jax.process_index() + 1} of {jax.process_count()}, {jax.device_count()} device(s)"
+
+
+def _add_gin_flags(p):
+  p.add_argument("--gin", action="append", required=True, help="gin config file (repeatable)")
+  p.add_argument("--gin_param", action="append", default=[],
+                 help="extra gin binding NAME=VALUE, e.g. TrainConfig.steps=500 (repeatable)")
+
+
+def _add_cluster_flags(p):
+  """--coordinator, --num-processes, --process-id: one process of a multi-host job."""
+  p.add_argument("--coordinator", default=None, metavar="HOST:PORT|auto",
+                 help="join a multi-process job (jax.distributed): the address of process 0's "
+                      "coordinator, with --num-processes and --process-id; or 'auto' under "
+                      "SLURM, Open MPI or on a TPU pod, which say all three (README: Running "
+                      "on a cluster). Default: one process")
+  p.add_argument("--num-processes", type=int, default=None, help="processes in the job")
+  p.add_argument("--process-id", type=int, default=None, help="this process's index, from 0")
 
 
 def _attention_maps(args):
@@ -406,6 +436,9 @@ def _parser():
                  help="record configurations whose XLA buffer plan exceeds this size (e.g. 16G) "
                       "as out of memory without running them (default: the device's limit, or "
                       "90%% of available RAM)")
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                 help="activations and matmuls (ModelConfig.dtype; parameters stay float32, "
+                      "attention softmax and FAVOR sums run in float32); default float32")
   p.add_argument("--chunk-sizes", type=_ints, default=None,
                  help="block lengths of the Performer attentions to compare (default: the "
                       "library's, favor.DEFAULT_CHUNK_SIZE causal, favor.BIDIRECTIONAL_BLOCK "
@@ -416,6 +449,25 @@ def _parser():
   p.add_argument("--out", default="runs/speed.json",
                  help="output JSON (default runs/speed.json; scripts/speed.sh writes results/)")
   p.set_defaults(func=_speed)
+
+  p = sub.add_parser(
+      "throughput", help="training throughput over 1, 2, 4, 8 devices and the loop's overhead",
+      description="Trains the gin-configured model data-parallel on each device count in a "
+                  "fresh process, twice over the same batches: the compiled train step alone, "
+                  "and `performer train` itself. Prints tokens/s, the speed-up over one device "
+                  "and the loop overhead (loop / step alone; target <= 1.05), all measured in "
+                  "this run. On a CPU the devices are simulated on the same cores, so the "
+                  "speed-up column shows the sharding's overhead, not a speed-up.")
+  _add_gin_flags(p)
+  p.add_argument("--devices", type=_ints, default=(1, 2, 4, 8),
+                 help="device counts, comma-separated (default 1,2,4,8)")
+  p.add_argument("--steps", type=int, default=60, help="train steps per measurement (default 60)")
+  p.add_argument("--log-every", type=int, default=10,
+                 help="the loop's log interval; the first interval is not timed (default 10)")
+  p.add_argument("--platform", default="cpu", choices=("cpu", "gpu"),
+                 help="cpu: simulated devices; gpu: the first N GPUs (default cpu)")
+  p.add_argument("--out", default="runs/throughput.json", help="result JSON")
+  p.set_defaults(func=_throughput)
 
   p = sub.add_parser(
       "prepare-trembl", help="UniProt FASTA -> token shards with the paper's splits (Table 1)",
@@ -514,10 +566,9 @@ def _parser():
                   "events, metrics.jsonl, checkpoints and the operative config go to --workdir; "
                   "running again on the same workdir resumes from its latest checkpoint. Ctrl-C "
                   "saves a checkpoint after the current step, then stops.")
-  p.add_argument("--gin", action="append", required=True, help="gin config file (repeatable)")
-  p.add_argument("--gin_param", action="append", default=[],
-                 help="extra gin binding NAME=VALUE, e.g. TrainConfig.steps=500 (repeatable)")
+  _add_gin_flags(p)
   p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
+  _add_cluster_flags(p)
   p.set_defaults(func=_train)
 
   p = sub.add_parser("eval", help="evaluate a trained workdir on a split (writes eval_SPLIT.json)",
@@ -530,6 +581,7 @@ def _parser():
   p.add_argument("--split", default="test",
                  help="valid, test or ood, or several comma-separated (test,ood: one restore "
                       "and compile for both); default test")
+  _add_cluster_flags(p)
   p.set_defaults(func=_eval)
 
   p = sub.add_parser(

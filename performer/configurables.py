@@ -11,18 +11,44 @@ import re
 
 import gin
 
+from performer.data import pipeline
 from performer.data.pipeline import DataConfig
 from performer.errors import UserError
 from performer.models.config import ModelConfig
-from performer.train.config import OptimConfig, TrainConfig
+from performer.train.config import Config, OptimConfig, TrainConfig
+from performer.train.sharding import MeshConfig
 
 _CONFIGS = {cls.__name__: gin.external_configurable(cls, cls.__name__)
-            for cls in (DataConfig, ModelConfig, OptimConfig, TrainConfig)}
+            for cls in (DataConfig, MeshConfig, ModelConfig, OptimConfig, TrainConfig)}
 
 
 def build(name, **overrides):
   """An instance of config class `name` with the parsed gin bindings applied."""
   return _CONFIGS[name](**overrides)
+
+
+def resolve():
+  """The parsed gin config as a typed Config; relative data and init_from paths made absolute.
+
+  The paths are resolved from the current folder, so that the operative
+  config a run records works from any folder.
+
+  Raises:
+    UserError: an invalid configuration (e.g. a zero batch size, d_model
+      not divisible by num_heads) or no prepared dataset at DataConfig.path.
+  """
+  try:
+    resolve_paths()
+    data, optim, train, mesh = (build(name) for name in ("DataConfig", "OptimConfig",
+                                                         "TrainConfig", "MeshConfig"))
+  except (ValueError, TypeError) as e:
+    raise UserError(f"invalid configuration: {str(e).splitlines()[0]}") from None
+  vocab = pipeline.vocab_ids(data)
+  try:
+    model = build("ModelConfig", vocab_size=vocab.size, max_len=data.seq_len)
+  except (ValueError, TypeError) as e:
+    raise UserError(f"invalid model configuration: {str(e).splitlines()[0]}") from None
+  return Config(data=data, model=model, optim=optim, train=train, mesh=mesh, vocab=vocab)
 
 
 # `include 'gin/...'` resolves from the repository root as well as the working folder.

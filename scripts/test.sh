@@ -5,4 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
+# Many tests compile the same small programs, in this process and in the `performer`
+# subprocesses they start: JAX's persistent compilation cache compiles each once per run.
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$(mktemp -d)}"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}"
 exec .venv/bin/python -m pytest -q "$@"

@@ -86,6 +86,7 @@ def test_appendix_figures_and_probe_results_are_written(appendix):
   assert again.returncode == 0 and "draw it with" not in again.stdout
 
 
+@pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
 def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
   runs, _ = tiny
   for name in EXPERIMENTS:
@@ -99,6 +100,7 @@ def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
       {"num_projections": 16}
 
 
+@pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
 def test_every_table_figure_and_verdict_row_is_written(tiny):
   runs, stdout = tiny
   results = runs / "results"
@@ -139,6 +141,7 @@ def test_the_whole_appendix_runs_at_the_tiny_budget(appendix):
     assert (runs / name / "config.json").exists(), name
 
 
+@pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
 def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
   runs, _ = tiny
   done = _reproduce("--runs", str(runs), "--only", "u_exact")

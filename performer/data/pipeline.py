@@ -1,9 +1,10 @@
 """Batches for training and evaluation from prepared token shards (grain).
 
 Training batches are a pure function of (seed, step): grain's MapDataset
-shuffles (anew each epoch) and repeats the examples, and batch `step` of
-process p takes the flat indices step * B * P + p * B + [0, B). Resuming at a
-step therefore needs nothing but the step, and processes see disjoint data.
+shuffles (anew each epoch) and repeats the examples, and batch `step` is the
+flat indices step * B + [0, B), of which each of P processes reads its B / P
+rows. Resuming at a step therefore needs nothing but the step, processes see
+disjoint data, and a batch does not depend on how many processes share it.
 
 An example is one record clipped to seq_len for TrEMBL's `single` task (as in
 the paper); long records (PG-19 books, `concat` chunks) are cut into
@@ -109,15 +110,15 @@ def multiplier(cfg, split):
     return json.load(f)["splits"][split]["multiplier"]
 
 
-def vocab_info(cfg):
-  """(vocab_size, pad_id, eos_id, mask_id, first_regular_id) of the dataset."""
+def vocab_ids(cfg):
+  """The dataset's vocabulary as vocab.Ids (size, pad, eos, mask, first_regular)."""
   if _kind(cfg) == "trembl":
-    return vocab.VOCAB_SIZE, vocab.PAD, vocab.EOS, vocab.MASK, len(vocab.SPECIALS)
+    return vocab.PROTEIN_IDS
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   sp = spm.SentencePieceProcessor(model_file=os.path.join(cfg.path, "spm.model"))
   # SentencePiece: 0 <unk>, 1 <s>, 2 </s>; no pad or mask piece, so two ids are added.
   size = sp.get_piece_size()
-  return size + 2, size, sp.eos_id(), size + 1, 3
+  return vocab.Ids(size=size + 2, pad=size, eos=sp.eos_id(), mask=size + 1, first_regular=3)
 
 
 def _example(tokens, seq_len, eos, pad, causal):
@@ -136,17 +137,27 @@ def _example(tokens, seq_len, eos, pad, causal):
 
 
 class Batches:
-  """Training batches by step, and one ordered pass over a split for evaluation."""
+  """Training batches by step, and one ordered pass over a split for evaluation.
+
+  DataConfig.batch_size is the global batch B, as in the paper; each of the
+  P processes builds only its own B / P rows (its slice of the data axis),
+  so a batch is the same however many processes share it.
+  """
 
   def __init__(self, cfg, split, *, causal, process_index=0, process_count=1):
+    if cfg.batch_size % process_count:
+      raise UserError(f"DataConfig.batch_size {cfg.batch_size} is not divisible by the "
+                      f"{process_count} processes")
     self.cfg, self.causal = cfg, causal
-    self.process_index, self.process_count = process_index, process_count
+    self.rows = cfg.batch_size // process_count  # this process's rows of each batch
+    self.offset = process_index * self.rows
     self.source = TokenShards(split_folder(cfg, split))
     if cfg.task != "single" or _kind(cfg) != "trembl":
       self.source = Windows(self.source, cfg.seq_len)
     if not len(self.source):
       raise UserError(f"{cfg.path}: the {split!r} split is empty")
-    _, self.pad, self.eos, _, _ = vocab_info(cfg)
+    ids = vocab_ids(cfg)
+    self.pad, self.eos = ids.pad, ids.eos
     self.stream = grain.MapDataset.source(self.source).shuffle(seed=cfg.seed).repeat()
 
   def _stack(self, records, ids):
@@ -155,18 +166,35 @@ class Batches:
     return {"inputs": inputs, "targets": targets, "ids": np.asarray(ids, np.int64)}
 
   def train_batch(self, step):
-    """Batch `step` of this process: dict of inputs, targets [B, L] int32 and ids [B]."""
-    size = self.cfg.batch_size
-    start = (step * self.process_count + self.process_index) * size
-    ids = range(start, start + size)
+    """This process's rows of batch `step`: inputs, targets [B / P, L] int32 and ids [B / P].
+
+    Rows are the flat stream indices step * B + offset + [0, B / P).
+    """
+    start = step * self.cfg.batch_size + self.offset
+    ids = range(start, start + self.rows)
     return self._stack([self.stream[i] for i in ids], ids)
 
+  def train_batches(self, start, stop, place=None, *, prefetch=4):
+    """train_batch(step) for step in [start, stop), built ahead by grain's reader threads.
+
+    place: applied to each batch in those threads too (e.g. sharding it onto
+    the devices), so neither building nor copying waits for the step.
+    """
+    def build(step):
+      batch = self.train_batch(step)
+      return place(batch) if place else batch
+    batches = grain.MapDataset.range(start, stop).map(build)
+    return iter(batches.to_iter_dataset(grain.ReadOptions(num_threads=2,
+                                                          prefetch_buffer_size=prefetch)))
+
   def eval_batches(self):
-    """Every example of the split once, in order; the last batch is padded with
-    empty examples (all pad: they carry no weight)."""
-    size = self.cfg.batch_size
-    for start in range(self.process_index * size, len(self.source), size * self.process_count):
-      ids = list(range(start, min(start + size, len(self.source))))
-      records = [self.source[i] for i in ids]
-      records += [np.zeros(0, np.int32)] * (size - len(records))
-      yield self._stack(records, ids + [-1] * (size - len(ids)))
+    """Every example of the split once, in order, in batches of B (this process's rows).
+
+    Every process yields the same number of batches, ceil(examples / B): rows
+    past the end are empty examples (all pad, id -1) that carry no weight.
+    """
+    size, total = self.cfg.batch_size, len(self.source)
+    for start in range(0, total, size):
+      ids = [i for i in range(start + self.offset, start + self.offset + self.rows) if i < total]
+      records = [self.source[i] for i in ids] + [np.zeros(0, np.int32)] * (self.rows - len(ids))
+      yield self._stack(records, ids + [-1] * (self.rows - len(ids)))

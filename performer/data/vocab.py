@@ -4,6 +4,8 @@ The paper counts 20 standard amino acids and 5 anomalous ones (B, Z, X, U, O)
 (App. C.1). Token ids are small enough for uint8 storage.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 PAD, EOS, MASK = 0, 1, 2
@@ -14,6 +16,23 @@ AMINO_ACIDS = STANDARD + ANOMALOUS
 TOKENS = SPECIALS + tuple(AMINO_ACIDS)
 VOCAB_SIZE = len(TOKENS)  # 28
 X = TOKENS.index("X")
+
+
+
+class Ids(NamedTuple):
+  """A dataset's vocabulary size and special token ids (hashable: a static jit argument).
+
+  first_regular is the lowest id of a regular token, the low end of the
+  random tokens that (B) masking substitutes (App. A.1).
+  """
+  size: int
+  pad: int
+  eos: int
+  mask: int
+  first_regular: int
+
+
+PROTEIN_IDS = Ids(size=VOCAB_SIZE, pad=PAD, eos=EOS, mask=MASK, first_regular=len(SPECIALS))
 
 # Byte -> token id; lower case folds to upper case; INVALID for anything else.
 INVALID = 255

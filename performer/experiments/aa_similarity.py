@@ -193,16 +193,16 @@ def run(cfg, *, progress=True):
     UserError: see attention_maps.load_model; a dataset that is not a
       prepared protein dataset, or without the split.
   """
-  cfgs, model, _ = attention_maps.load_model(cfg.run)
-  data_cfg = cfgs["data"] if cfg.data is None else dataclasses.replace(cfgs["data"], path=cfg.data)
-  if pipeline.vocab_info(data_cfg)[0] != vocab.VOCAB_SIZE:
+  run_cfg, model, step = attention_maps.load_model(cfg.run)
+  data_cfg = run_cfg.data if cfg.data is None else dataclasses.replace(run_cfg.data, path=cfg.data)
+  if pipeline.vocab_ids(data_cfg) != vocab.PROTEIN_IDS:
     raise UserError(f"{data_cfg.path}: not a protein dataset (prepare-trembl)")
   source = TokenShards(pipeline.split_folder(data_cfg, cfg.split))
   if not len(source):
     raise UserError(f"{data_cfg.path}: the {cfg.split!r} split is empty")
   chosen = sample_indices(len(source), cfg.sequences, cfg.seed)
-  seq_len, causal = cfgs["model"].max_len, cfgs["model"].causal
-  heads = cfgs["model"].num_layers * cfgs["model"].num_heads
+  seq_len, causal = run_cfg.model.max_len, run_cfg.model.causal
+  heads = run_cfg.model.num_layers * run_cfg.model.num_heads
   to_type, totals, residues = {}, {}, 0
   batches = range(0, len(chosen), cfg.batch_size)
   for start in tqdm.tqdm(batches, desc="aa-similarity", unit="batch", disable=not progress):
@@ -242,14 +242,14 @@ def run(cfg, *, progress=True):
       "amino_acids": STANDARD,
       "blosum62": blosum.tolist(),
       "blosum62_source": BLOSUM62_SOURCE,
-      "run": {"path": os.path.abspath(cfg.run), "step": cfgs["step"],
-              "attention": cfgs["model"].attention,
-              "causal": causal, "num_layers": cfgs["model"].num_layers,
-              "num_heads": cfgs["model"].num_heads, "max_len": seq_len},
+      "run": {"path": os.path.abspath(cfg.run), "step": step,
+              "attention": run_cfg.model.attention,
+              "causal": causal, "num_layers": run_cfg.model.num_layers,
+              "num_heads": run_cfg.model.num_heads, "max_len": seq_len},
       "dataset": os.path.abspath(data_cfg.path),
       "sequences_used": len(chosen), "sequences_in_split": len(source),
       "residues_used": residues,
-      "maps_note": attention_maps.describe(cfgs["model"].attention,
+      "maps_note": attention_maps.describe(run_cfg.model.attention,
                                            attention_maps.kernel_of(model)),
       "method": ("Vig et al. 2020: per head, the share of thresholded attention onto each "
                  "residue type; similarity = Pearson across kept heads; r = Pearson with "

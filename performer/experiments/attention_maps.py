@@ -319,26 +319,21 @@ def describe(attention, kernel=None):
 
 
 def load_model(run):
-  """trained.load(run) for these experiments: (configs, model, tokens).
-
-  configs also holds the restored checkpoint's step, configs["step"].
+  """trained.load(run) for these experiments: (Config, model, step).
 
   Raises:
     UserError: not a trained workdir, not a protein model, or a reversible
       (Reformer) model, whose residual stream `hidden_states` cannot give.
   """
   from performer.experiments import trained  # pylint: disable=import-outside-toplevel
-  from performer.train.checkpoint import Checkpoints  # pylint: disable=import-outside-toplevel
-  cfgs, model, tokens = trained.load(run)
-  with Checkpoints(os.path.abspath(os.path.join(run, "checkpoints")), create=False) as ckpt:
-    cfgs["step"] = ckpt.latest_step()  # what trained.load restored (barring a save since)
-  if cfgs["model"].vocab_size != vocab.VOCAB_SIZE:
-    raise UserError(f"{run}: not a protein model (vocabulary of {cfgs['model'].vocab_size} "
+  cfg, model, step = trained.load(run)
+  if cfg.model.vocab_size != vocab.VOCAB_SIZE:
+    raise UserError(f"{run}: not a protein model (vocabulary of {cfg.model.vocab_size} "
                     f"tokens, not the {vocab.VOCAB_SIZE} of performer/data/vocab.py)")
-  if cfgs["model"].reversible:
-    raise UserError(f"{run}: a reversible ({cfgs['model'].attention}) model; attention maps "
+  if cfg.model.reversible:
+    raise UserError(f"{run}: a reversible ({cfg.model.attention}) model; attention maps "
                     "need the plain residual stream of non-reversible models")
-  return cfgs, model, tokens
+  return cfg, model, step
 
 
 def run(cfg):
@@ -348,8 +343,8 @@ def run(cfg):
     UserError: see `load_model`, `find_sequence`; a protein longer than the
       run's max_len; --layers beyond the model's.
   """
-  cfgs, model, _ = load_model(cfg.run)
-  model_cfg = cfgs["model"]
+  run_cfg, model, step = load_model(cfg.run)
+  model_cfg = run_cfg.model
   layers = cfg.layers or tuple(range(min(MAX_DEFAULT_LAYERS, model_cfg.num_layers)))
   if max(layers) >= model_cfg.num_layers:
     raise UserError(f"--layers {_joined(layers)}: the run has {model_cfg.num_layers} layers "
@@ -398,7 +393,7 @@ def run(cfg):
   extra = {
       "protein": {"accession": cfg.accession, "header": header, "residues": len(residues),
                   "sequence": vocab.decode(residues)},
-      "run": {"path": os.path.abspath(cfg.run), "step": cfgs["step"],
+      "run": {"path": os.path.abspath(cfg.run), "step": step,
               "attention": model_cfg.attention,
               "causal": model_cfg.causal, "num_layers": model_cfg.num_layers,
               "num_heads": model_cfg.num_heads, "head_dim": model_cfg.head_dim,

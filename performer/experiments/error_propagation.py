@@ -141,13 +141,13 @@ def _commit(model):
   nnx.update(model, _committed(nnx.state(model)))
 
 
-def _models(cfg, cfgs, trained):
+def _models(cfg, run_cfg, trained):
   """{setting: the exact model} for the settings of cfg."""
   models = {}
   if "trained" in cfg.settings:
     models["trained"] = trained
   if "init" in cfg.settings:
-    init_cfg = dataclasses.replace(cfgs["model"], num_layers=cfg.init_layers)
+    init_cfg = dataclasses.replace(run_cfg.model, num_layers=cfg.init_layers)
     models["init"] = TransformerLM(init_cfg, rngs=nnx.Rngs(params=cfg.seed, dropout=cfg.seed))
     models["init"].eval()
   for model in models.values():
@@ -155,10 +155,10 @@ def _models(cfg, cfgs, trained):
   return models
 
 
-_model_inputs = jax.jit(steps.model_inputs, static_argnames=("tokens", "causal", "mlm"))
+_model_inputs = jax.jit(steps.model_inputs, static_argnames=("vocab", "causal", "mlm"))
 
 
-def _batches(cfg, cfgs, tokens):
+def _batches(cfg, run_cfg):
   """The first cfg.sequences sequences of the split: ([(inputs, mask, weights)], count).
 
   Each array is [B, L]; count is how many sequences there are (fewer than
@@ -168,14 +168,14 @@ def _batches(cfg, cfgs, tokens):
   cfg.seed). weights is 1.0 on real positions (not pad, not past
   cfg.sequences), else 0.
   """
-  data = dataclasses.replace(cfgs["data"], batch_size=cfg.batch_size)
-  causal = cfgs["model"].causal
+  data = dataclasses.replace(run_cfg.data, batch_size=cfg.batch_size)
+  causal = run_cfg.model.causal
   out, count = [], 0
   for batch in pipeline.Batches(data, cfg.split, causal=causal).eval_batches():
     keep = (batch["ids"] >= 0) & (batch["ids"] < cfg.sequences)
     if not keep.any():
       break
-    inputs, mask, _, _ = _model_inputs(batch, tokens, jax.random.key(cfg.seed), causal=causal,
+    inputs, mask, _, _ = _model_inputs(batch, run_cfg.vocab, jax.random.key(cfg.seed), causal=causal,
                                        mlm=data.mlm)
     out.append(_committed((inputs, mask, (mask & keep[:, None]).astype(jnp.float32))))
     count += int(keep.sum())
@@ -312,17 +312,17 @@ def run(cfg, *, progress=True):
     UserError: a run that is not a trained exact-attention workdir, no such
       split, or non-finite outputs.
   """
-  cfgs, trained, tokens = trained_runs.load(cfg.run)
-  if cfgs["model"].attention != "exact" or cfgs["model"].reversible:
-    raise UserError(f"{cfg.run}: a model with attention {cfgs['model'].attention!r}"
-                    f"{' (reversible)' if cfgs['model'].reversible else ''}; error propagation "
+  run_cfg, trained, _ = trained_runs.load(cfg.run)
+  if run_cfg.model.attention != "exact" or run_cfg.model.reversible:
+    raise UserError(f"{cfg.run}: a model with attention {run_cfg.model.attention!r}"
+                    f"{' (reversible)' if run_cfg.model.reversible else ''}; error propagation "
                     "compares a Transformer with FAVOR on its weights: give an exact-attention run")
-  head_dim = cfgs["model"].head_dim
+  head_dim = run_cfg.model.head_dim
   if cfg.projection == "hadamard" and head_dim & (head_dim - 1):
     raise UserError(f"--projection hadamard needs a power-of-two head dimension, the run has "
                     f"{head_dim}")
-  models = _models(cfg, cfgs, trained)
-  batches, sequences = _batches(cfg, cfgs, tokens)
+  models = _models(cfg, run_cfg, trained)
+  batches, sequences = _batches(cfg, run_cfg)
   rows = []
   with tqdm.tqdm(total=len(models) * len(cfg.features) * cfg.draws, desc="error-propagation",
                  unit="draw", disable=not progress) as bar:

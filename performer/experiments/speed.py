@@ -26,6 +26,7 @@ from performer.atomic import check_writable
 from performer.errors import UserError
 from performer.experiments.results import write_result
 from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
+from performer.models.config import DTYPES
 
 ATTENTIONS = ("exact", "performer_softmax", "performer_relu", "identity")
 LAYER_ATTENTIONS = ATTENTIONS + (SCAN,)
@@ -64,6 +65,7 @@ class SpeedConfig:
   chunk_sizes: tuple[int | None, ...] = (None,)
   targets: bool = False
   profile: str | None = None
+  dtype: str = "float32"  # of activations and matmuls (ModelConfig.dtype); float32 parameters
 
   def __post_init__(self):
     for name, given, known in (("config", self.configs, tuple(CONFIGS)),
@@ -87,6 +89,8 @@ class SpeedConfig:
       raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
     if any(c is not None and c < 1 for c in self.chunk_sizes):
       raise UserError(f"chunk sizes must be >= 1, got {self.chunk_sizes}")
+    if self.dtype not in DTYPES:
+      raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
     if self.targets:
       return  # targets_plan() ignores the selection
     if self.chunk_sizes != (None,) and not any(a.startswith("performer") for a in self.attentions):
@@ -96,11 +100,11 @@ class SpeedConfig:
                       "add --direction causal or another --attention")
 
 
-def spec(config, attention, direction, mode, length, *, layer, chunk_size=None):
+def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, dtype="float32"):
   """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
   return {"config": config, "attention": attention, "direction": direction, "mode": mode,
           "L": length, "layer": layer,
-          "chunk_size": chunk_size if attention.startswith("performer") else None}
+          "chunk_size": chunk_size if attention.startswith("performer") else None, "dtype": dtype}
 
 
 def plan(cfg):
@@ -117,7 +121,8 @@ def plan(cfg):
           chunks = cfg.chunk_sizes if attention.startswith("performer") else (None,)
           for chunk in chunks:
             series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
-                                chunk_size=chunk) for n in sorted(set(cfg.seq_lens))])
+                                chunk_size=chunk, dtype=cfg.dtype)
+                           for n in sorted(set(cfg.seq_lens))])
   return series
 
 

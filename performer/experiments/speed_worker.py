@@ -144,7 +144,8 @@ def _model(spec):
   length = spec["L"]
   cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length, num_layers=layers, num_heads=heads,
                     d_model=d_model, d_ff=d_ff, dropout=0.0, attention=spec["attention"],
-                    attention_options=_options(spec), causal=spec["direction"] == "causal")
+                    attention_options=_options(spec), causal=spec["direction"] == "causal",
+                    dtype=spec.get("dtype", "float32"))
   model = TransformerLM(cfg, rngs=nnx.Rngs(spec.get("seed", 0)))
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   tokens = jax.random.randint(jax.random.key(1), (1, length + 1), 0, VOCAB_SIZE)
@@ -166,7 +167,8 @@ def _layer(spec):
   heads, _, _, d_model = CONFIGS[spec["config"]]
   head_dim, length, causal = d_model // heads, spec["L"], spec["direction"] == "causal"
   keys = jax.random.split(jax.random.key(1), 3)
-  q, k, v = (jax.random.normal(key, (1, length, heads, head_dim)) for key in keys)
+  q, k, v = (jax.random.normal(key, (1, length, heads, head_dim), spec.get("dtype", "float32"))
+             for key in keys)
   if spec["attention"] == SCAN:
     W = favor.projection(jax.random.key(0), NUM_FEATURES, head_dim, "orthogonal", "chi")
 

@@ -13,7 +13,7 @@ from performer.train.checkpoint import Checkpoints
 
 
 def load(workdir, bindings=()):
-  """The latest checkpoint of `workdir` as (configs, model, tokens), in eval mode.
+  """The latest checkpoint of `workdir` as (Config, model, step), in eval mode.
 
   Args:
     workdir: a `performer train` workdir (config.gin, checkpoints/).
@@ -24,8 +24,8 @@ def load(workdir, bindings=()):
       differ (it keeps the draw of its own construction, step 0).
 
   Returns:
-    configs (dict of the typed configs: data, train, optim, model), the
-    `TransformerLM` with dropout off, and the dataset's token ids.
+    the run's train.config.Config (with the bindings), its `TransformerLM`
+    with dropout off (on the default device), and the checkpoint's step.
 
   Raises:
     UserError: not a trained workdir, a bad binding, or parameters that do
@@ -35,7 +35,8 @@ def load(workdir, bindings=()):
   if not os.path.isfile(config):
     raise UserError(f"{workdir}: no config.gin; is it a `performer train` workdir?")
   configurables.parse([config], list(bindings))
-  cfgs, model, optimizer, tokens = loop.build()
+  cfg = configurables.resolve()
+  model, optimizer = loop.build(cfg)
   folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
   if not os.path.isdir(folder):
     raise UserError(f"{workdir}: no checkpoints/ folder; train it first")
@@ -48,4 +49,4 @@ def load(workdir, bindings=()):
     else:
       ckpt.restore(step, model, optimizer)
   model.eval()
-  return cfgs, model, tokens
+  return cfg, model, step

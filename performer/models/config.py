@@ -5,6 +5,9 @@ import dataclasses
 from performer import attention
 
 
+DTYPES = ("float32", "bfloat16")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """A Transformer language model; defaults are the paper's regular size (Fig. 3).
@@ -12,6 +15,9 @@ class ModelConfig:
   causal=True is the unidirectional (U) next-token model, False the
   bidirectional (B) masked LM. `attention` names a registered backend and
   `attention_options` its settings (e.g. {"num_features": 256}).
+  dtype 'bfloat16' is mixed precision: bfloat16 activations and matmuls,
+  float32 parameters, optimizer state, logits, softmax and FAVOR's
+  features and sums (the attention functions compute in float32).
   """
   vocab_size: int
   max_len: int
@@ -24,6 +30,7 @@ class ModelConfig:
   attention_options: dict = dataclasses.field(default_factory=dict)
   causal: bool = True
   reversible: bool = False  # reversible residual layers (Reformer), models/reversible.py
+  dtype: str = "float32"  # of activations and matmuls; parameters stay float32 (see DTYPES)
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model", "d_ff"):
@@ -36,6 +43,8 @@ class ModelConfig:
     if self.attention not in attention.names():
       raise ValueError(f"unknown attention {self.attention!r}; choose from "
                        f"{', '.join(attention.names())}")
+    if self.dtype not in DTYPES:
+      raise ValueError(f"ModelConfig.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
     if self.attention == "linformer" and self.causal:
       raise ValueError("linformer attention is bidirectional only: use causal=False")
 

@@ -19,15 +19,16 @@ class Block(nnx.Module):
 
   def __init__(self, cfg, layer, *, rngs):
     self.cfg = cfg
-    self.ln_attn = nnx.LayerNorm(cfg.d_model, rngs=rngs)
-    self.qkv = nnx.Linear(cfg.d_model, 3 * cfg.d_model, rngs=rngs)
+    dtype = jnp.dtype(cfg.dtype)  # of the computation; parameters stay float32
+    self.ln_attn = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.qkv = nnx.Linear(cfg.d_model, 3 * cfg.d_model, dtype=dtype, rngs=rngs)
     self.attn = attention.make(cfg.attention, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
                                max_len=cfg.max_len, rngs=rngs, layer=layer,
                                **cfg.attention_options)
-    self.proj = nnx.Linear(cfg.d_model, cfg.d_model, rngs=rngs)
-    self.ln_mlp = nnx.LayerNorm(cfg.d_model, rngs=rngs)
-    self.mlp_in = nnx.Linear(cfg.d_model, cfg.d_ff, rngs=rngs)
-    self.mlp_out = nnx.Linear(cfg.d_ff, cfg.d_model, rngs=rngs)
+    self.proj = nnx.Linear(cfg.d_model, cfg.d_model, dtype=dtype, rngs=rngs)
+    self.ln_mlp = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.mlp_in = nnx.Linear(cfg.d_model, cfg.d_ff, dtype=dtype, rngs=rngs)
+    self.mlp_out = nnx.Linear(cfg.d_ff, cfg.d_model, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
 
   def __call__(self, x, mask):  # x: [B, L, d_model], mask: [B, L] bool
@@ -63,15 +64,16 @@ class Block(nnx.Module):
 
 
 class TransformerLM(nnx.Module):
-  """tokens [B, L] int -> logits [B, L, vocab] float32."""
+  """tokens [B, L] int -> logits [B, L, vocab] float32 (whatever cfg.dtype computes in)."""
 
   def __init__(self, cfg, *, rngs):
     self.cfg = cfg
-    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, rngs=rngs)
-    self.pos = nnx.Embed(cfg.max_len, cfg.d_model, rngs=rngs)
+    dtype = jnp.dtype(cfg.dtype)
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
+    self.pos = nnx.Embed(cfg.max_len, cfg.d_model, dtype=dtype, rngs=rngs)
     self.blocks = nnx.List([Block(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
-    self.ln = nnx.LayerNorm(cfg.d_model, rngs=rngs)
-    self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, rngs=rngs)
+    self.ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
     self.rngs = rngs  # dropout keys of the reversible stack
 

@@ -1,7 +1,16 @@
-"""Optimizer and training-schedule configurations (paper App. A.2), checked once when built."""
+"""A run's configuration: optimizer and schedule (paper App. A.2), and the whole resolved set.
+
+Each dataclass checks itself once when built; `Config` is what the loop,
+eval and the probes take, resolved from gin by configurables.resolve().
+"""
 
 import dataclasses
 import math
+
+from performer.data.pipeline import DataConfig
+from performer.data.vocab import Ids
+from performer.models.config import ModelConfig
+from performer.train.sharding import MeshConfig
 
 
 SCHEDULES = ("constant", "cosine")
@@ -57,6 +66,26 @@ class TrainConfig:
       _check(self, name, lambda x: x >= 1, ">= 1", kind=int)
     _check(self, "eval_batches", lambda x: x >= 0, ">= 0 (0: the whole valid split)", kind=int)
     _check(self, "seed", lambda x: x >= 0, ">= 0", kind=int)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Everything a run needs, typed: what `performer train` records in config.json.
+
+  vocab is the dataset's (vocab.Ids); model.vocab_size and model.max_len
+  come from it and from data.seq_len.
+  """
+  data: DataConfig
+  model: ModelConfig
+  optim: OptimConfig
+  train: TrainConfig
+  mesh: MeshConfig
+  vocab: Ids
+
+  def to_json(self):
+    """A dict of plain values, one entry per config."""
+    parts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    return {k: v._asdict() if k == "vocab" else dataclasses.asdict(v) for k, v in parts.items()}
 
 
 def _check(cfg, name, ok, rule, *, kind=float):

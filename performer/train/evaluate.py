@@ -14,12 +14,13 @@ import os
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from performer import configurables
 from performer.atomic import atomic_path
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.train import loop, steps
+from performer.train import loop, sharding, steps
 from performer.train.checkpoint import Checkpoints
 
 
@@ -32,33 +33,52 @@ BASELINE_TRAIN_BATCHES = 1000
 
 
 # Jitted once: called eagerly per batch, the (B) masking's vmap would dispatch op by op.
-_model_inputs = jax.jit(steps.model_inputs, static_argnames=("tokens", "causal", "mlm"))
+_model_inputs = jax.jit(steps.model_inputs, static_argnames=("vocab", "causal", "mlm"))
 
 
-def _train_frequencies(cfgs, tokens):
+def _train_frequencies(cfg):
   """Token frequencies over the scored positions of (the first batches of) the train split."""
-  causal, mlm = cfgs["model"].causal, cfgs["data"].mlm
-  train = pipeline.Batches(cfgs["data"], "train", causal=causal)
-  counts = np.zeros(tokens[0], np.float64)
+  causal, mlm = cfg.model.causal, cfg.data.mlm
+  train = pipeline.Batches(cfg.data, "train", causal=causal, **_process())
+  counts = np.zeros(cfg.vocab.size, np.float64)
   for batch in itertools.islice(train.eval_batches(), BASELINE_TRAIN_BATCHES):
-    weights = np.asarray(_model_inputs(batch, tokens, jax.random.key(0), causal=causal,
-                                            mlm=mlm)[3]) > 0
-    counts += np.bincount(batch["targets"][weights], minlength=tokens[0])
+    weights = np.asarray(_model_inputs(batch, cfg.vocab, jax.random.key(0), causal=causal,
+                                       mlm=mlm)[3]) > 0
+    counts += np.bincount(batch["targets"][weights], minlength=cfg.vocab.size)
+  counts = _over_processes(counts)
   return counts / counts.sum()
 
 
-def _baseline(cfgs, tokens, freq, split_batches):
+def _baseline(cfg, freq, split_batches):
   """Empirical-frequency accuracy and perplexity over the scored positions of a split."""
-  causal, mlm = cfgs["model"].causal, cfgs["data"].mlm
+  causal, mlm = cfg.model.causal, cfg.data.mlm
   hits = nll = n = 0.0
   for batch in split_batches.eval_batches():
-    weights = np.asarray(_model_inputs(batch, tokens, jax.random.key(cfgs["train"].seed + 1),
-                                            causal=causal, mlm=mlm)[3]) > 0
+    weights = np.asarray(_model_inputs(batch, cfg.vocab, jax.random.key(cfg.train.seed + 1),
+                                       causal=causal, mlm=mlm)[3]) > 0
     targets = batch["targets"][weights]
     hits += np.sum(targets == np.argmax(freq))
     nll -= np.sum(np.log(np.maximum(freq[targets], 1e-12)))
     n += len(targets)
+  hits, nll, n = _over_processes(np.array([hits, nll, n]))
   return {"baseline_accuracy": hits / n, "baseline_perplexity": math.exp(nll / n)}
+
+
+def _process():
+  return dict(process_index=jax.process_index(), process_count=jax.process_count())
+
+
+def _over_processes(x):
+  """The sum over all processes of a float64 array (each process counted its own rows).
+
+  The all-gather moves the float64 bits as int32 pairs: JAX arrays would be
+  float32 (x64 off), too coarse for a sum of log-likelihoods.
+  """
+  x = np.ascontiguousarray(x, np.float64)
+  if jax.process_count() == 1:
+    return x
+  bits = np.asarray(multihost_utils.process_allgather(x.view(np.int32)))  # [P, 2 n]
+  return np.ascontiguousarray(bits).view(np.float64).sum(0)
 
 
 def run(workdir, split):
@@ -78,26 +98,31 @@ def run_splits(workdir, splits):
   if not os.path.exists(config):
     raise UserError(f"{workdir}: no config.gin; is it a `performer train` workdir?")
   configurables.parse([config], [])
-  cfgs, model, optimizer, tokens = loop.build()
-  causal, mlm = cfgs["model"].causal, cfgs["data"].mlm
-  every = [pipeline.Batches(cfgs["data"], split, causal=causal) for split in splits]  # checks all first
+  cfg = configurables.resolve()
+  model, optimizer = loop.build(cfg)
+  mesh = sharding.make_mesh(cfg.mesh)
+  every = [pipeline.Batches(cfg.data, split, causal=cfg.model.causal, **_process())
+           for split in splits]  # checks all first
   with Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints")), create=False) as ckpt:
     step = ckpt.latest_step()
     if step is None:
       raise UserError(f"{workdir}: no checkpoint yet")
+    loop.placed(model, optimizer, mesh, cfg.mesh.rules)
     ckpt.restore(step, model, optimizer)
-  proteins = pipeline.vocab_info(cfgs["data"])[0] == vocab.VOCAB_SIZE  # Table 2's baseline
-  freq = _train_frequencies(cfgs, tokens) if proteins else None
+  proteins = cfg.vocab == vocab.PROTEIN_IDS  # Table 2's baseline
+  freq = _train_frequencies(cfg) if proteins else None
   results = []
   for split, batches in zip(splits, every):
-    multiplier = pipeline.multiplier(cfgs["data"], split)  # PG-19: adds word-level perplexity
-    result = loop.evaluate(model, batches, seed=cfgs["train"].seed, tokens=tokens, causal=causal,
-                           mlm=mlm, multiplier=multiplier)
+    multiplier = pipeline.multiplier(cfg.data, split)  # PG-19: adds word-level perplexity
+    result = loop.evaluate(model, batches, seed=cfg.train.seed, vocab=cfg.vocab,
+                           causal=cfg.model.causal, mlm=cfg.data.mlm, mesh=mesh,
+                           multiplier=multiplier)
     result.update(step=step, split=split)
     if proteins:
-      result.update(_baseline(cfgs, tokens, freq, batches))
-    with atomic_path(os.path.join(workdir, f"eval_{split}.json")) as tmp, open(tmp, "w") as f:
-      json.dump(result, f, indent=1, sort_keys=True)
-      f.write("\n")
+      result.update(_baseline(cfg, freq, batches))
+    if jax.process_index() == 0:
+      with atomic_path(os.path.join(workdir, f"eval_{split}.json")) as tmp, open(tmp, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+        f.write("\n")
     results.append(result)
   return results

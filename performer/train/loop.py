@@ -1,15 +1,20 @@
-"""The training loop: run(workdir) trains the gin-configured model, resuming if it can.
+"""The training loop: run(cfg, workdir) trains the model of a Config, resuming if it can.
 
-Running it again on a workdir continues from the latest checkpoint: the
-input pipeline position, dropout and random features are functions of the
-step, so a killed and resumed run ends exactly where an uninterrupted one
-does. Ctrl-C or SIGTERM stops after the current step and saves a checkpoint first.
+One code path for 1 device, N devices and N processes: the state is laid
+out on a device mesh (sharding.py) and the step jitted with explicit
+shardings. The loop fetches sums and checks for NaN every log_every steps,
+not every step. Running it again on a workdir continues from the latest
+checkpoint: the input pipeline position, dropout and random features are
+functions of the step, so a killed and resumed run ends exactly where an
+uninterrupted one does, on any device count. Ctrl-C or SIGTERM stops after
+the current step and saves a checkpoint first.
 Defaults follow App. A.2: Adam(b1 0.9, b2 0.98, eps 1e-9), learning
 rate 1e-3, gradient clipping 0.5, weight decay 0.1, dropout 0.1.
 """
 
 import contextlib
-import dataclasses
+import functools
+import itertools
 import json
 import math
 import os
@@ -19,17 +24,20 @@ import threading
 import time
 
 import jax
+import numpy as np
 import optax
 import tqdm
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from performer import configurables, favor, memory
 from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.models.transformer import TransformerLM
-from performer.train import metrics, steps
+from performer.train import metrics, sharding, steps
 from performer.train.checkpoint import Checkpoints
+from performer.train.distributed import say
 from performer.train.writer import MetricWriter
 
 
@@ -52,56 +60,72 @@ def optimizer_for(cfg, steps):
   return optax.apply_if_finite(optax.chain(*parts), max_consecutive_errors=10 ** 9)
 
 
-def build():
-  """(configs dict, model, optimizer, dataset tokens) from the parsed gin config.
-
-  Relative data and init_from paths are made absolute first (from the
-  current folder), so that the operative config works from any folder.
+def build(cfg):
+  """(model, optimizer) of Config cfg, on the host, from TrainConfig.seed.
 
   Raises:
-    UserError: an invalid configuration (e.g. a zero batch size, d_model
-      not divisible by num_heads, an unknown attention option) or missing data.
+    UserError: a model the attention backend rejects (e.g. an unknown option).
   """
   try:
-    configurables.resolve_paths()
-    data = configurables.build("DataConfig")
-    train = configurables.build("TrainConfig")
-    optim = configurables.build("OptimConfig")
-  except (ValueError, TypeError) as e:
-    raise UserError(f"invalid configuration: {str(e).splitlines()[0]}") from None
-  tokens = pipeline.vocab_info(data)
-  try:
-    model_cfg = configurables.build("ModelConfig", vocab_size=tokens[0], max_len=data.seq_len)
-    model = TransformerLM(model_cfg, rngs=nnx.Rngs(params=train.seed, dropout=train.seed))
+    model = TransformerLM(cfg.model, rngs=nnx.Rngs(params=cfg.train.seed, dropout=cfg.train.seed))
   except ValueError as e:
     raise UserError(f"invalid model configuration: {str(e).splitlines()[0]}") from None
-  optimizer = nnx.Optimizer(model, optimizer_for(optim, train.steps), wrt=nnx.Param)
-  return {"data": data, "train": train, "optim": optim, "model": model_cfg}, model, optimizer, tokens
+  return model, nnx.Optimizer(model, optimizer_for(cfg.optim, cfg.train.steps), wrt=nnx.Param)
+
+
+def placed(model, optimizer, mesh, rules):
+  """Lays the state of (model, optimizer) out on the mesh by sharding.state_shardings.
+
+  Returns (graphdef, state, shardings); model and optimizer now hold the
+  placed arrays too.
+  """
+  graphdef, state = nnx.split((model, optimizer))
+  shardings = sharding.state_shardings(state, mesh, rules)
+  state = sharding.place(state, shardings)
+  nnx.update((model, optimizer), state)
+  return graphdef, state, shardings
+
+
+def jit_train_step(cfg, mesh, graphdef, shardings):
+  """steps.train_step of Config cfg, jitted on mesh: (state, batch, step) -> (state, sums, norm).
+
+  The state (model and optimizer, laid out by `shardings`) is donated: the
+  old arrays are reused for the new ones. Sums and norm come replicated.
+  """
+  step = functools.partial(steps.train_step, graphdef, seed=cfg.train.seed, vocab=cfg.vocab,
+                           causal=cfg.model.causal, mlm=cfg.data.mlm)
+  return jax.jit(step, in_shardings=(shardings, sharding.batch_sharding(mesh), None),
+                 out_shardings=(shardings, sharding.replicated(mesh), sharding.replicated(mesh)),
+                 donate_argnums=0)
 
 
 # One wrapper for the process: a new nnx.jit per call would compile the step again each time.
-_eval_step = nnx.jit(steps.eval_step, static_argnames=("seed", "tokens", "causal", "mlm"))
+_eval_step = nnx.jit(steps.eval_step, static_argnames=("seed", "vocab", "causal", "mlm"))
 
 
-def evaluate(model, batches, *, seed, tokens, causal, mlm, multiplier=None, max_batches=0):
-  """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw)."""
+def evaluate(model, batches, *, seed, vocab, causal, mlm, mesh, multiplier=None, max_batches=0):
+  """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw).
+
+  Every process runs every batch (`eval_batches` gives each the same number),
+  and the sums are fetched once, at the end.
+  """
   model.eval()
-  step = _eval_step
-  totals = None
+  sums = []
   for i, batch in enumerate(batches.eval_batches()):
     if max_batches and i >= max_batches:
       break
-    totals = metrics.add(totals, jax.device_get(step(model, batch, seed=seed, tokens=tokens,
-                                                     causal=causal, mlm=mlm)))
+    sums.append(_eval_step(model, sharding.global_batch(batch, mesh), seed=seed, vocab=vocab,
+                           causal=causal, mlm=mlm))
   model.train()
-  return metrics.summarize(totals, multiplier)
+  return metrics.summarize(metrics.total(jax.device_get(sums)), multiplier)
 
 
-def run(workdir, *, progress=True):
-  """Trains per the gin config already parsed; returns the last valid metrics.
+def run(cfg, workdir, *, progress=True):
+  """Trains the model of Config cfg in `workdir`; returns the last valid metrics.
 
   Returns None, training nothing, when the workdir already holds a checkpoint
-  at TrainConfig.steps or later.
+  at TrainConfig.steps or later. Every process of a multi-host run calls
+  this with the same cfg; only process 0 writes metrics and TensorBoard.
 
   Raises:
     UserError: bad data, configuration or workdir, or another run holding
@@ -109,86 +133,133 @@ def run(workdir, *, progress=True):
       <workdir>/diverged.json, see `_record_divergence`); KeyboardInterrupt after
       saving a checkpoint on Ctrl-C or SIGTERM.
   """
-  # --- Set-up: configs, model, optimizer, data ----------------------------------
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise UserError(f"--workdir {workdir} is a file, not a folder")
-  cfgs, model, optimizer, tokens = build()
-  train, causal, mlm = cfgs["train"], cfgs["model"].causal, cfgs["data"].mlm
-  schedule = learning_rate(cfgs["optim"], train.steps)  # for the logs only
+  # --- Set-up: mesh, model, optimizer, data -------------------------------------
+  check_workdir(workdir)
+  train, vocab, causal, mlm = cfg.train, cfg.vocab, cfg.model.causal, cfg.data.mlm
+  mesh = sharding.make_mesh(cfg.mesh)
+  if cfg.data.batch_size % mesh.shape[sharding.DATA]:
+    raise UserError(f"DataConfig.batch_size {cfg.data.batch_size} is not divisible by the "
+                    f"mesh's {mesh.shape[sharding.DATA]} data-parallel devices")
+  model, optimizer = build(cfg)
+  schedule = learning_rate(cfg.optim, train.steps)  # for the logs only
   process = dict(process_index=jax.process_index(), process_count=jax.process_count())
-  train_data = pipeline.Batches(cfgs["data"], "train", causal=causal, **process)
-  valid_data = pipeline.Batches(cfgs["data"], "valid", causal=causal, **process)
-  multiplier = {s: pipeline.multiplier(cfgs["data"], s) for s in ("train", "valid")}  # PG-19
+  train_data = pipeline.Batches(cfg.data, "train", causal=causal, **process)
+  valid_data = pipeline.Batches(cfg.data, "valid", causal=causal, **process)
+  multiplier = {s: pipeline.multiplier(cfg.data, s) for s in ("train", "valid")}  # PG-19
 
-  # One run per workdir: a second would mix its checkpoints and metrics with ours.
-  with exclusive_lock(os.path.join(workdir, "train.lock"), f"--workdir {workdir}"), \
-       Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
+  def validate():
+    return evaluate(model, valid_data, seed=train.seed, vocab=vocab, causal=causal, mlm=mlm,
+                    mesh=mesh, multiplier=multiplier["valid"], max_batches=train.eval_batches)
+
+  # One run per workdir: a second would mix its checkpoints and metrics with ours. (Process 0
+  # holds the lock for all of a multi-process run.)
+  lock = (exclusive_lock(os.path.join(workdir, "train.lock"), f"--workdir {workdir}")
+          if jax.process_index() == 0 else contextlib.nullcontext())
+  with lock, Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
     start = ckpt.latest_step() or 0
     if start >= train.steps:
-      print(f"{workdir} is complete: its latest checkpoint is step {start} "
-            f"(TrainConfig.steps = {train.steps}); nothing to train")
+      say(f"{workdir} is complete: its latest checkpoint is step {start} "
+          f"(TrainConfig.steps = {train.steps}); nothing to train")
       return None
 
     # --- Start: resume, or take a trained model's weights (paper Fig. 5) --------
-    if start:
+    if train.init_from and not start:
+      say(f"initialised from {train.init_from} step {_load_params(model, train.init_from)}")
+    graphdef, state, shardings = placed(model, optimizer, mesh, cfg.mesh.rules)
+    if start:  # onto this mesh, whatever the device count that saved it
       ckpt.restore(start, model, optimizer)
-      print(f"resuming {workdir} from step {start}")
-    elif train.init_from:
-      print(f"initialised from {train.init_from} step {_load_params(model, train.init_from)}")
+      state = nnx.state((model, optimizer))
+      say(f"resuming {workdir} from step {start}")
 
     # --- The train step, compiled ahead of time; its memory plan must fit -------
-    jitted = nnx.jit(steps.train_step, static_argnames=("seed", "tokens", "causal", "mlm"))
-    train_step = jitted.lower(model, optimizer, train_data.train_batch(start), start,
-                              seed=train.seed, tokens=tokens, causal=causal, mlm=mlm).compile()
-    _check_memory(train_step)  # called below without the static (keyword) arguments
-    _write_config(workdir, cfgs)
+    batches = train_data.train_batches(start, train.steps,
+                                       functools.partial(sharding.global_batch, mesh=mesh))
+    first = next(batches)
+    train_step = jit_train_step(cfg, mesh, graphdef, shardings).lower(state, first, start).compile()
+    _check_memory(train_step)
+    _write_config(workdir, cfg)
     writer = MetricWriter(workdir, start=start)
     if train.init_from and not start:  # Fig. 5's point: the transferred model, before any step
-      writer.write(0, evaluate(model, valid_data, seed=train.seed, tokens=tokens, causal=causal,
-                               mlm=mlm, multiplier=multiplier["valid"],
-                               max_batches=train.eval_batches), "valid")
-    totals, last_valid, tick = None, None, time.perf_counter()
+      writer.write(0, validate(), "valid")
+    pending, last_valid, tick = [], None, time.perf_counter()
     _clear_divergence(workdir)  # a resumed run is no longer stopped where it was
 
-    # --- The loop -----------------------------------------------------------------
+    # --- The loop: no host sync per step; sums and checks every log_every -------
     interactive = sys.stderr.isatty()  # a log file gets a line every 30 s, not every 0.1 s
     every = {} if interactive else dict(mininterval=30, maxinterval=30)
     bar = tqdm.tqdm(range(start, train.steps), initial=start, total=train.steps, desc="train",
-                    disable=not progress, **every)
+                    disable=not progress or jax.process_index() > 0, **every)
     with contextlib.closing(writer), _ctrl_c_stops_after_the_step() as stop:
-      for step in bar:
-        sums, grad_norm = jax.device_get(train_step(model, optimizer,
-                                                    train_data.train_batch(step), step))
-        if not (math.isfinite(float(sums["loss_sum"])) and math.isfinite(float(grad_norm))):
-          _record_divergence(workdir, step, ckpt.latest_step(), float(sums["loss_sum"]),
-                             float(grad_norm))
-          raise TrainingDiverged(f"non-finite loss or gradient at step {step}; stopped; "
-                                 f"{_kept(ckpt.latest_step())}{_favor_hint(cfgs['model'])}")
-        totals = metrics.add(totals, sums)
+      for step, batch in zip(bar, itertools.chain([first], batches)):
+        state, sums, grad_norm = train_step(state, batch, step)
+        pending.append((step, sums, grad_norm))
         done = step + 1
-        if done % train.log_every == 0 or done == train.steps:
+        log = done % train.log_every == 0 or done == train.steps
+        evaluate_now = done % train.eval_every == 0 or done == train.steps
+        stopping = _stopping(stop, log)
+        save = done % train.checkpoint_every == 0 or done == train.steps or stopping
+        if not (log or evaluate_now or save):
+          continue
+        host = jax.device_get(pending)  # the one sync, before anything is logged or saved
+        _stop_if_diverged(workdir, host, ckpt.latest_step(), cfg.model)
+        nnx.update((model, optimizer), state)
+        if log:
           seconds = time.perf_counter() - tick
-          row = metrics.summarize(totals, multiplier["train"])
-          n = done - (done - 1) // train.log_every * train.log_every
-          row.update(learning_rate=float(schedule(done - 1)), step_time=seconds / max(n, 1),
-                     tokens_per_s=row["tokens"] / max(seconds, 1e-9), grad_norm=float(grad_norm))
+          row = metrics.summarize(metrics.total([s for _, s, _ in host]), multiplier["train"])
+          row.update(learning_rate=float(schedule(done - 1)), step_time=seconds / len(host),
+                     tokens_per_s=row["tokens"] / max(seconds, 1e-9),
+                     grad_norm=float(host[-1][2]))
           writer.write(done, row, "train")
           bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}",
                           refresh=interactive)
-          totals, tick = None, time.perf_counter()
-        if done % train.eval_every == 0 or done == train.steps:
-          last_valid = evaluate(model, valid_data, seed=train.seed, tokens=tokens, causal=causal,
-                                mlm=mlm, multiplier=multiplier["valid"],
-                                max_batches=train.eval_batches)
+          pending, tick = [], time.perf_counter()
+        if evaluate_now:
+          last_valid = validate()
           writer.write(done, last_valid, "valid")
-        if done % train.checkpoint_every == 0 or done == train.steps or stop:
+        if save:
           ckpt.save(done, model, optimizer, {"step": done})
-        if stop and done < train.steps:
+        if stopping and done < train.steps:
           bar.close()
-          print(f"interrupted: saved checkpoint {done}; the same command resumes from step {done}",
-                file=sys.stderr)
+          say(f"interrupted: saved checkpoint {done}; the same command resumes from step {done}",
+              file=sys.stderr)
           raise KeyboardInterrupt
   return last_valid
+
+
+def check_workdir(workdir):
+  """Raises UserError when `workdir` exists and is not a folder."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UserError(f"--workdir {workdir} is a file, not a folder")
+
+
+def _stopping(stop, log):
+  """Whether to save and stop after this step, given the signals seen (`stop`).
+
+  One process stops at once. The processes of a multi-process run may see a
+  SIGTERM at different steps, and must save the same checkpoint together,
+  so they agree at the next log step (one small all-gather there).
+  """
+  if jax.process_count() == 1:
+    return bool(stop)
+  if not log:
+    return False
+  return bool(multihost_utils.process_allgather(np.int32(bool(stop))).max())
+
+
+def _stop_if_diverged(workdir, host, last_checkpoint, model_cfg):
+  """Raises TrainingDiverged at the first non-finite loss or gradient norm among `host` steps.
+
+  host: [(step, sums, grad_norm)] fetched since the last check. Updates
+  after a non-finite gradient were skipped (optax.apply_if_finite), and
+  nothing was saved since, so the last checkpoint is from before it.
+  """
+  for step, sums, grad_norm in host:
+    loss_sum, grad_norm = float(sums["loss_sum"]), float(grad_norm)
+    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+      _record_divergence(workdir, step, last_checkpoint, loss_sum, grad_norm)
+      checked = f"steps {host[0][0]}-{host[-1][0]}" if len(host) > 1 else f"step {step}"
+      raise TrainingDiverged(f"non-finite loss or gradient at step {step} (checked {checked}); "
+                             f"stopped; {_kept(last_checkpoint)}{_favor_hint(model_cfg)}")
 
 
 def _check_memory(compiled):
@@ -214,12 +285,14 @@ def _load_params(model, source):
     return trained.load_params(model)
 
 
-def _write_config(workdir, cfgs):
-  """The operative gin config and the typed configs as JSON, for eval and for people."""
+def _write_config(workdir, cfg):
+  """The operative gin config and the typed configs as JSON, for eval and for people (process 0)."""
+  if jax.process_index():
+    return
   with atomic_path(os.path.join(workdir, "config.gin")) as tmp, open(tmp, "w") as f:
     f.write(configurables.operative_config())
   with atomic_path(os.path.join(workdir, "config.json")) as tmp, open(tmp, "w") as f:
-    json.dump({k: dataclasses.asdict(v) for k, v in cfgs.items()}, f, indent=1, sort_keys=True)
+    json.dump(cfg.to_json(), f, indent=1, sort_keys=True)
 
 
 DIVERGED = "diverged.json"
@@ -233,6 +306,8 @@ def _record_divergence(workdir, step, last_checkpoint, loss_sum, grad_norm):
   the step of the checkpoint kept, or None; "reason": which of the batch's
   loss and the gradient norm were non-finite, with their values}.
   """
+  if jax.process_index():
+    return
   bad = [f"{name} {value}" for name, value in (("loss", loss_sum), ("gradient norm", grad_norm))
          if not math.isfinite(value)]
   record = {"step": int(step), "last_checkpoint": last_checkpoint,
@@ -243,6 +318,8 @@ def _record_divergence(workdir, step, last_checkpoint, loss_sum, grad_norm):
 
 def _clear_divergence(workdir):
   """Removes the diverged.json of an earlier attempt of this run."""
+  if jax.process_index():
+    return
   with contextlib.suppress(FileNotFoundError):
     os.remove(os.path.join(workdir, DIVERGED))
 
@@ -282,8 +359,8 @@ def _ctrl_c_stops_after_the_step():
     stop.append(signum)
     signal.signal(signum, previous[signum])  # each signal once; the next acts as before
     name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    print(f"\n{name}: saving a checkpoint after this step (Ctrl-C again to quit without)",
-          file=sys.stderr)
+    say(f"\n{name}: saving a checkpoint after this step (Ctrl-C again to quit without)",
+        file=sys.stderr)
 
   for signum in (signal.SIGINT, signal.SIGTERM):
     previous[signum] = signal.signal(signum, request)

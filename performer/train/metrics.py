@@ -7,6 +7,7 @@ split's multiplier (SentencePiece tokens per word, App. A.1.1) turns the
 per-token loss into a word-level one; the row records that multiplier.
 """
 
+import functools
 import math
 
 import jax.numpy as jnp
@@ -26,6 +27,11 @@ def add(a, b):
   if a is None:
     return b
   return {k: a[k] + b[k] for k in a}
+
+
+def total(rows):
+  """The sum of a list of dicts of sums (at least one)."""
+  return functools.reduce(add, rows)
 
 
 def summarize(totals, multiplier=None):

@@ -149,9 +149,9 @@ def test_training_redraws_each_step_and_checkpoints_the_draw(tmp_path):
        "ModelConfig.num_layers = 2", "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16",
        "ModelConfig.d_ff = 32", "ModelConfig.attention_options = {'num_projections': 8}",
        "TrainConfig.steps = 2", "TrainConfig.eval_batches = 1"])
-  loop.run(str(tmp_path / "run"), progress=False)
+  loop.run(configurables.resolve(), str(tmp_path / "run"), progress=False)
   configurables.parse([str(tmp_path / "run" / "config.gin")], [])
-  _, model, optimizer, _ = loop.build()
+  model, optimizer = loop.build(configurables.resolve())
   with loop.Checkpoints(str(tmp_path / "run" / "checkpoints")) as ckpt:
     ckpt.restore(2, model, optimizer)
   for block in model.blocks:  # each layer holds its draw of the last step, 1

@@ -33,7 +33,7 @@ def _workdir(folder, data, config):
   """
   extra = [FEATURES] if "performer" in config else []
   configurables.parse([os.path.join(ROOT, config)], [f"DataConfig.path = '{data}'", *TINY, *extra])
-  _, model, optimizer, _ = loop.build()
+  model, optimizer = loop.build(configurables.resolve())
   for block in model.blocks:
     if attention_maps.is_performer(block):
       block.attn.redraw(SAVED_DRAW)
@@ -330,8 +330,8 @@ def test_aa_similarity_equals_a_direct_numpy_computation(runs):
   assert [r["maps"] for r in rows] == ["favor", "exact"] and extra["sequences_used"] == 5
 
   # Directly: the five in one batch (no empty examples), numpy sums over residue positions.
-  cfgs, model, _ = attention_maps.load_model(run)
-  source = pipeline.Batches(cfgs["data"], "test", causal=False).source
+  cfg, model, _ = attention_maps.load_model(run)
+  source = pipeline.Batches(cfg.data, "test", causal=False).source
   records = [source[int(i)] for i in aa_similarity.sample_indices(len(source), 5, 0)]
   tokens, mask = aa_similarity.model_inputs(records, 32, False)
   maps = attention_maps._layer_matrices_jit(  # pylint: disable=protected-access
@@ -387,7 +387,7 @@ def test_maps_of_a_really_trained_performer(data, fasta_file, tmp_path):
                       [f"DataConfig.path = '{data}'", *TINY, FEATURES, "TrainConfig.steps = 3",
                        "TrainConfig.eval_every = 3", "TrainConfig.checkpoint_every = 3",
                        "TrainConfig.eval_batches = 1"])
-  loop.run(str(tmp_path / "run"), progress=False)
+  loop.run(configurables.resolve(), str(tmp_path / "run"), progress=False)
   record, arrays = _maps({"run": str(tmp_path / "run")}, "run", fasta_file, tmp_path)
   assert all(r["own_matrix_check"] < 1e-5 for r in record["rows"])
   np.testing.assert_allclose(arrays["favor"].sum(-1), 1.0, atol=2e-6)

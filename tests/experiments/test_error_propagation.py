@@ -29,7 +29,7 @@ def _workdir(folder, data, config):
   """A `performer train` workdir of `config` on `data`, saved at initialisation: config.gin and
   checkpoint 1 as the loop writes them (training would only add a minute of compiling)."""
   configurables.parse([os.path.join(ROOT, config)], [f"DataConfig.path = '{data}'", *TINY])
-  _, model, optimizer, _ = loop.build()
+  model, optimizer = loop.build(configurables.resolve())
   folder.mkdir()
   (folder / "config.gin").write_text(configurables.operative_config())
   with Checkpoints(str(folder / "checkpoints")) as ckpt:
@@ -118,10 +118,10 @@ def test_errors_match_an_independent_computation(result, run_dir):
   m, draw = 512, 1
   # The Performer built the other way: gin bindings, then load's parameter copy.
   _, exact, _ = trained.load(run_dir)
-  cfgs, favor_model, _ = trained.load(run_dir, (
+  cfg, favor_model, _ = trained.load(run_dir, (
       "ModelConfig.attention = 'performer_softmax'",
       f"ModelConfig.attention_options = {{'num_features': {m}, 'seed': {1 + draw}}}"))
-  data = pipeline.Batches(cfgs["data"], "test", causal=True)
+  data = pipeline.Batches(cfg.data, "test", causal=True)
   batches = list(itertools.islice(data.eval_batches(), 2))  # the run's batches of 4: keep 6
   inputs = np.concatenate([b["inputs"] for b in batches])[:6]
   mask = inputs != vocab.PAD

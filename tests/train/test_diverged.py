@@ -42,7 +42,8 @@ def test_a_nan_writes_diverged_json_and_stops_with_one_line(data, tmp_path, caps
   assert _train(data, tmp_path, "TrainConfig.steps = 4", "OptimConfig.learning_rate = 1e30") == 2
   err = _error_lines(capsys)
   assert len(err) == 1, err
-  match = re.fullmatch(r"performer train: error: non-finite loss or gradient at step ([01]); "
+  match = re.fullmatch(r"performer train: error: non-finite loss or gradient at step ([01]) "
+                       r"\(checked steps? [0-9-]+\); "
                        r"stopped; there is no checkpoint yet, so re-running starts from scratch",
                        err[0].split("\r")[-1])
   assert match, err[0]

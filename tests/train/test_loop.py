@@ -28,7 +28,7 @@ def _train(data, workdir, *extra, config="gin/mini/trembl_u_performer_relu.gin")
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   configurables.parse([os.path.join(root, config)],
                       [f"DataConfig.path = '{data}'", *TINY, *extra])
-  return loop.run(str(workdir), progress=False)
+  return loop.run(configurables.resolve(), str(workdir), progress=False)
 
 
 def _rows(workdir):
@@ -62,7 +62,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
   result = evaluate.run(str(tmp_path), "valid")  # the kept checkpoint still loads and works
   assert result["step"] == 3 and np.isfinite(result["loss"])
-  with pytest.raises(loop.TrainingDiverged, match=r"step [12]; stopped; there is no checkpoint "
+  with pytest.raises(loop.TrainingDiverged, match=r"step [12] \(checked steps 0-[12]\); stopped; there is no checkpoint "
                      "yet, so re-running starts from scratch"):
     _train(data, tmp_path / "fresh", "TrainConfig.steps = 9", "OptimConfig.learning_rate = 1e30")
   # Past favor.MAX_NORM a Performer-softmax gives NaN: the message says so.
@@ -76,14 +76,15 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   config = "gin/mini/trembl_u_performer_relu.gin" if causal else "gin/mini/trembl_b_performer_relu.gin"
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   configurables.parse([os.path.join(root, config)], [f"DataConfig.path = '{data}'", *TINY])
-  cfgs, model, _, tokens = loop.build()
-  batch = next(pipeline.Batches(cfgs["data"], "valid", causal=causal).eval_batches())
+  cfg = configurables.resolve()
+  model, _ = loop.build(cfg)
+  batch = next(pipeline.Batches(cfg.data, "valid", causal=causal).eval_batches())
   model.eval()
-  mlm = cfgs["data"].mlm
-  got = metrics.summarize(jax.device_get(steps.eval_step(model, batch, seed=0, tokens=tokens,
+  mlm = cfg.data.mlm
+  got = metrics.summarize(jax.device_get(steps.eval_step(model, batch, seed=0, vocab=cfg.vocab,
                                                          causal=causal, mlm=mlm)))
   inputs, mask, targets, weights = (np.asarray(x) for x in steps.model_inputs(
-      batch, tokens, jax.random.key(1), causal=causal, mlm=mlm))
+      batch, cfg.vocab, jax.random.key(1), causal=causal, mlm=mlm))
   logits = np.asarray(model(jnp.asarray(inputs), jnp.asarray(mask)), np.float64)
   logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
       - logits.max(-1, keepdims=True)
@@ -94,7 +95,7 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   assert got["accuracy"] == pytest.approx((logits.argmax(-1) == targets)[w].mean())
   assert got["perplexity"] == pytest.approx(np.exp(nll[w].mean()), rel=1e-5)
   if not causal:  # (B): only the ~15% masked positions count
-    assert 0.05 < w.sum() / (targets != tokens[1]).sum() < 0.3
+    assert 0.05 < w.sum() / (targets != cfg.vocab.pad).sum() < 0.3
 
 
 def test_unknown_gin_parameters_are_errors(tmp_path):
@@ -307,7 +308,7 @@ def test_progress_bar_in_a_log_file_stays_small(data, tmp_path, capfd):
                                     "gin/mini/trembl_u_performer_relu.gin")],
                       [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 12",
                        "TrainConfig.log_every = 1"])
-  loop.run(str(tmp_path), progress=True)
+  loop.run(configurables.resolve(), str(tmp_path), progress=True)
   err = capfd.readouterr().err  # not a terminal: the bar draws at start and end only
   assert "12/12" in err and err.count("\r") <= 3, err
 
@@ -317,16 +318,16 @@ def test_mlm_proportions_come_from_the_data_config(data):
   configurables.parse([os.path.join(root, "gin/mini/trembl_b_performer_relu.gin")],
                       [f"DataConfig.path = '{data}'", *TINY, "DataConfig.mlm_rate = 0.5",
                        "DataConfig.mlm_mask = 0.25", "DataConfig.mlm_random = 0.0"])
-  cfgs, _, _, tokens = loop.build()
-  assert cfgs["data"].mlm == masking.MLM(rate=0.5, mask=0.25, random=0.0)
-  batch = next(pipeline.Batches(cfgs["data"], "train", causal=False).eval_batches())
+  cfg = configurables.resolve()
+  assert cfg.data.mlm == masking.MLM(rate=0.5, mask=0.25, random=0.0)
+  batch = next(pipeline.Batches(cfg.data, "train", causal=False).eval_batches())
   inputs, _, targets, weights = (np.asarray(x) for x in steps.model_inputs(
-      batch, tokens, jax.random.key(0), causal=False, mlm=cfgs["data"].mlm))
+      batch, cfg.vocab, jax.random.key(0), causal=False, mlm=cfg.data.mlm))
   selected = weights > 0
-  assert abs(selected.sum() / (targets != tokens[1]).sum() - 0.5) < 0.05
-  masked = (inputs == tokens[3])[selected].mean()
-  assert abs(masked - 0.25) < 0.05 and (inputs[selected & (inputs != tokens[3])] ==
-                                        targets[selected & (inputs != tokens[3])]).all()
+  assert abs(selected.sum() / (targets != cfg.vocab.pad).sum() - 0.5) < 0.05
+  masked = (inputs == cfg.vocab.mask)[selected].mean()
+  assert abs(masked - 0.25) < 0.05 and (inputs[selected & (inputs != cfg.vocab.mask)] ==
+                                        targets[selected & (inputs != cfg.vocab.mask)]).all()
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])  # Ctrl-C; a scheduler or reproduce.sh
@@ -367,7 +368,7 @@ def test_reformer_rotations_are_redrawn_each_step_and_restored_on_resume(data, t
               "ModelConfig.attention_options = {'chunk_size': 8, 'n_buckets': 4}"]
   _train(data, tmp_path, "TrainConfig.steps = 2", *reformer, config="gin/mini/trembl_u_reformer.gin")
   configurables.parse([os.path.join(tmp_path, "config.gin")], [])
-  _, model, optimizer, _ = loop.build()
+  model, optimizer = loop.build(configurables.resolve())
   with loop.Checkpoints(os.path.join(tmp_path, "checkpoints")) as ckpt:
     ckpt.restore(2, model, optimizer)
   for block in model.blocks:  # each layer holds its draw of the last step, 1

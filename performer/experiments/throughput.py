@@ -1,0 +1,160 @@
+"""performer throughput: training throughput over device counts, and the loop's overhead.
+
+For each device count n, a fresh worker process (JAX fixes its devices at
+start) trains the gin-configured model data-parallel on n devices twice
+over the same global batches:
+  * the compiled train step alone, on batches built and placed beforehand,
+    timed over steps [log_every, steps) once steps [0, log_every) ran;
+  * `performer train` itself (loop.run, a temporary workdir): the mean of
+    its own step_time rows over the same steps (data loading, dispatch,
+    the every-log_every host sync and logging included).
+It prints, per n, tokens/s, the speed-up over n = 1 (from the step alone)
+and the loop overhead, loop / step alone (the target is at most 1.05).
+On a CPU the n devices are simulated on the same cores
+(--xla_force_host_platform_device_count), so the scaling column measures
+the sharding's overhead, not a speed-up; on a GPU machine worker n sees
+the first n GPUs (CUDA_VISIBLE_DEVICES).
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from performer.atomic import check_writable
+from performer.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class ThroughputConfig:
+  """What to train and on how many devices.
+
+  Raises:
+    UserError: no gin file, device counts below 1, or too few steps to time.
+  """
+  gin: tuple[str, ...]
+  bindings: tuple[str, ...] = ()
+  devices: tuple[int, ...] = (1, 2, 4, 8)
+  steps: int = 60
+  log_every: int = 10
+  platform: str = "cpu"  # cpu: simulated devices; gpu: the first n GPUs
+
+  def __post_init__(self):
+    if not self.gin:
+      raise UserError("give at least one --gin file")
+    if not self.devices or min(self.devices) < 1:
+      raise UserError(f"--devices must be counts >= 1, got {self.devices}")
+    if self.log_every < 1 or self.steps < 2 * self.log_every:
+      raise UserError(f"--steps ({self.steps}) must be at least twice --log-every "
+                      f"({self.log_every}): the first log_every steps are not timed")
+    if self.platform not in ("cpu", "gpu"):
+      raise UserError(f"--platform must be cpu or gpu, got {self.platform!r}")
+
+
+def main(cfg, out, *, progress=True):
+  """Runs every device count, writes the JSON result to `out`; returns (rows, seconds).
+
+  Raises:
+    UserError: `out` cannot be written (checked first), or a worker failed
+      (its last error line is in the message).
+  """
+  check_writable(out)
+  from performer.experiments.results import write_result  # pylint: disable=import-outside-toplevel
+  start, rows = time.perf_counter(), []
+  for n in cfg.devices:
+    if progress:
+      print(f"throughput: {n} device(s) ...", file=sys.stderr, flush=True)
+    rows.append(_spawn(cfg, n))
+  one = next((r for r in rows if r["devices"] == 1), None)
+  for row in rows:
+    row["loop_overhead"] = row["loop_s"] / row["step_s"]
+    row["vs_1_device"] = one["step_s"] / row["step_s"] if one else None
+  seconds = time.perf_counter() - start
+  write_result(out, "throughput", cfg, rows, wall_seconds=round(seconds, 1),
+               env=rows[0]["environment"])
+  return rows, seconds
+
+
+def format_rows(rows):
+  """The printed table: one line per device count."""
+  lines = ["devices  step alone (ms)  loop (ms)  loop / alone  tokens/s  step-alone speed-up"]
+  for r in rows:
+    speedup = f"{r['vs_1_device']:.2f}" if r["vs_1_device"] is not None else "-"
+    lines.append(f"{r['devices']:7d}  {r['step_s'] * 1e3:15.1f}  {r['loop_s'] * 1e3:9.1f}  "
+                 f"{r['loop_overhead']:12.3f}  {r['tokens_per_s']:8.0f}  {speedup:>19}")
+  return lines
+
+
+def _spawn(cfg, devices):
+  env = dict(os.environ, JAX_PLATFORMS=cfg.platform)
+  if cfg.platform == "cpu":
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        f" --xla_force_host_platform_device_count={devices}").strip()
+  else:
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(devices))
+  spec = json.dumps({**dataclasses.asdict(cfg), "devices": devices})
+  done = subprocess.run([sys.executable, "-m", "performer.experiments.throughput", spec],
+                        env=env, capture_output=True, text=True, check=False)
+  if done.returncode:
+    last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    raise UserError(f"the {devices}-device worker failed: {last}")
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _worker(spec):
+  """One device count: times the step alone and the loop; returns the row."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from performer import configurables  # pylint: disable=import-outside-toplevel
+  from performer.data import pipeline  # pylint: disable=import-outside-toplevel
+  from performer.experiments.results import environment  # pylint: disable=import-outside-toplevel
+  from performer.train import loop, sharding  # pylint: disable=import-outside-toplevel
+
+  steps, every = spec["steps"], spec["log_every"]
+  configurables.parse(list(spec["gin"]), [
+      *spec["bindings"], f"TrainConfig.steps = {steps}", f"TrainConfig.log_every = {every}",
+      f"TrainConfig.eval_every = {steps}", f"TrainConfig.checkpoint_every = {steps}",
+      "TrainConfig.eval_batches = 1", "TrainConfig.init_from = ''",
+      f"MeshConfig.data = {spec['devices']}", "MeshConfig.model = 1"])
+  cfg = configurables.resolve()
+  if jax.device_count() != spec["devices"]:
+    raise UserError(f"asked for {spec['devices']} devices, JAX has {jax.device_count()}")
+
+  # The step alone, on the batches the loop will use, built and placed beforehand.
+  mesh = sharding.make_mesh(cfg.mesh)
+  model, optimizer = loop.build(cfg)
+  graphdef, state, shardings = loop.placed(model, optimizer, mesh, cfg.mesh.rules)
+  data = pipeline.Batches(cfg.data, "train", causal=cfg.model.causal)
+  batches = [sharding.global_batch(data.train_batch(i), mesh) for i in range(steps)]
+  step = loop.jit_train_step(cfg, mesh, graphdef, shardings).lower(state, batches[0], 0).compile()
+  for i in range(every):
+    state, _, _ = step(state, batches[i], i)
+  jax.block_until_ready(state)
+  tick, sums = time.perf_counter(), []
+  for i in range(every, steps):
+    state, row, _ = step(state, batches[i], i)
+    sums.append(row["tokens"])
+  jax.block_until_ready(state)
+  alone = (time.perf_counter() - tick) / (steps - every)
+  tokens = sum(float(t) for t in jax.device_get(sums))
+  del state, batches
+
+  with tempfile.TemporaryDirectory() as workdir:
+    loop.run(cfg, workdir, progress=False)
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      timed = [r["step_time"] for r in map(json.loads, f)
+               if r["split"] == "train" and r["step"] > every]
+  return {"devices": spec["devices"], "step_s": alone, "loop_s": sum(timed) / len(timed),
+          "tokens_per_s": float(tokens) / (alone * (steps - every)),
+          "batch_size": cfg.data.batch_size, "seq_len": cfg.data.seq_len,
+          "environment": environment()}
+
+
+if __name__ == "__main__":
+  try:
+    print(json.dumps(_worker(json.loads(sys.argv[1]))))
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
