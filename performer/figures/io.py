@@ -80,4 +80,5 @@ def save_figure(fig, out_path):
   """Saves a matplotlib figure atomically, in the format its extension names."""
   ext = check_figure_path(out_path)
   with atomic_path(out_path) as tmp:
-    fig.savefig(tmp, dpi=130, format=ext)
+    # tight: legends placed outside the axes (Fig. 15's, below its panels) stay inside the image
+    fig.savefig(tmp, dpi=130, format=ext, bbox_inches="tight")
