@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs (scripts/setup.sh) and runs the test suite on two pytest-xdist workers, one per core
-# of the CI machine (measured on 2 cores: 18 min in one process, 12.5 min on two workers). Extra
-# arguments go to pytest and override these, e.g. `bash scripts/test.sh -m slow` for the slow tests, `-n 0` for one process.
+# of the CI machine (measured on 2 cores: 18 min in one process, 12 min on two workers).
+# Extra arguments go to pytest and override these: `bash scripts/test.sh -m slow` runs the
+# slow tests, `-n 0` runs in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
