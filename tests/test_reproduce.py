@@ -3,7 +3,9 @@
 import csv
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -83,7 +85,10 @@ def test_appendix_figures_and_probe_results_are_written(appendix):
   assert json.load(open(results / "lemma2.json"))["experiment"] == "lemma2"
   assert (runs / "probes" / "attention_maps.json").exists()
   again = _reproduce("--runs", str(runs), "--only", "probes")  # results newer than runs: skipped
-  assert again.returncode == 0 and "draw it with" not in again.stdout
+  assert again.returncode == 0
+  for probe in PROBES:  # each job's log, rewritten by this second run
+    log = (runs / "logs" / f"{probe}.log").read_text()
+    assert probe in log and "draw it with" not in log, probe
 
 
 @pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
@@ -144,9 +149,38 @@ def test_the_whole_appendix_runs_at_the_tiny_budget(appendix):
 @pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
 def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
   runs, _ = tiny
-  done = _reproduce("--runs", str(runs), "--only", "u_exact")
+  done = _reproduce("--runs", str(runs), "--only", "u_exact", "--jobs", "1")  # output on stdout
   assert done.returncode == 0, done.stderr[-2000:]
   assert "is complete" in done.stdout and "eval" not in done.stdout.replace("evaluated", "")
+
+
+@pytest.mark.slow  # ~1.5 min: two tiny runs of 400 steps, stopped and resumed
+def test_a_sigterm_stops_every_job_with_a_checkpoint_and_the_same_command_resumes(tmp_path):
+  args = ["--runs", str(tmp_path), "--only", "fig16_relu,fig16_abs", "--steps", "400",
+          "--jobs", "2"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  script = subprocess.Popen(["bash", "scripts/reproduce.sh", "--budget", "tiny", *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  logs = [tmp_path / "logs" / f"fig16_{k}.log" for k in ("relu", "abs")]
+  deadline = time.time() + 240
+  while not all(log.exists() and "train:" in log.read_text() for log in logs):  # both stepping
+    assert script.poll() is None and time.time() < deadline, script.stdout.read()[-2000:]
+    time.sleep(1)
+  script.send_signal(signal.SIGTERM)  # the script alone, as `kill PID` does
+  out, _ = script.communicate(timeout=120)
+  assert script.returncode == 130 and "interrupted: run the same command to resume" in out, out
+  saved = []
+  for log in logs:
+    text = log.read_text()
+    assert "resumes from step" in text, text[-1000:]
+    saved.append(int(text.split("resumes from step ")[1].split()[0]))
+  assert all(0 < step < 400 for step in saved)
+  done = _reproduce(*args)
+  assert done.returncode == 0, done.stdout[-2000:]
+  for log, step in zip(logs, saved):  # each log is the second run's
+    assert f"from step {step}" in log.read_text(), log.read_text()[-1000:]
+    rows = [json.loads(line) for line in (tmp_path / log.stem / "metrics.jsonl").open()]
+    assert max(r["step"] for r in rows) == 400
 
 
 @pytest.mark.parametrize("args, message", [
@@ -154,6 +188,7 @@ def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
     (["--only", "u_nothing"], "no experiment u_nothing"),
     (["--only", "fig6,fig99"], "no experiment fig99; choose from the groups fig6 fig5"),
     (["--steps", "0"], "--steps must be a positive integer"),
+    (["--jobs", "two"], "--jobs must be a positive integer"),
     (["--frobnicate"], "unknown argument --frobnicate"),
     (["--only"], "--only needs a value"),
     (["--only", ""], "--only needs a value"),
