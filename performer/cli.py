@@ -133,7 +133,7 @@ def _prepare_trembl(args):
       valid_fraction=fractions[0] if args.valid_fraction is None else args.valid_fraction,
       test_fraction=fractions[1] if args.test_fraction is None else args.test_fraction,
       families=args.families,
-      ood_families=tuple(f for f in (args.ood_families or "").split(",") if f),
+      ood_families=_families(args.ood_families),
       ood_fraction=args.ood_fraction, invalid=args.invalid, dedup=not args.no_dedup,
       seed=args.seed, shard_tokens=args.shard_tokens)
   out = args.out or ("runs/data/trembl-sample" if args.sample else None)
@@ -143,6 +143,17 @@ def _prepare_trembl(args):
                  allow_nucleotide=args.allow_nucleotide)
   with open(os.path.join(out, "stats.md")) as f:
     print(f.read().rstrip())
+
+
+def _families(text):
+  """--ood-families: comma-separated names, or @FILE holding them (label-pfam's held_out.txt)."""
+  if text and text.startswith("@"):
+    try:
+      with open(text[1:]) as f:
+        text = f.read()
+    except OSError as e:
+      raise UserError(f"--ood-families {text}: cannot read {text[1:]} ({e.strerror})") from None
+  return tuple(f.strip() for f in (text or "").split(",") if f.strip())
 
 
 def _label_pfam(args):
@@ -163,7 +174,7 @@ def _label_pfam(args):
         f"families, {s['held_out_sequences']:,} sequences")
   print(f"wrote {args.out}, {args.out}.json and {args.out}.held_out.txt; use: "
         f"performer prepare-trembl ... --families {args.out} "
-        f"--ood-families \"$(cat {args.out}.held_out.txt)\"")
+        f"--ood-families @{args.out}.held_out.txt")
 
 
 def _prepare_pg19(args):
@@ -192,7 +203,8 @@ def _train(args):
   from performer.train import distributed, loop  # pylint: disable=import-outside-toplevel
   configurables.parse(args.gin, args.gin_param)  # UserError names a bad file or binding
   loop.check_workdir(args.workdir)
-  distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+  distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                         args.init_timeout)
   cfg = configurables.resolve()
   distributed.say(f"process {_processes()}; workdir {args.workdir}")
   valid = loop.run(cfg, args.workdir)
@@ -206,7 +218,8 @@ def _eval(args):
   bad = [s for s in splits if s not in ("valid", "test", "ood")] or ([] if splits else [args.split])
   if bad:
     raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
-  distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+  distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                         args.init_timeout)
   results = evaluate.run_splits(args.workdir, splits)
   import jax  # pylint: disable=import-outside-toplevel
   if jax.process_index() == 0:
@@ -233,6 +246,9 @@ def _add_cluster_flags(p):
                       "on a cluster). Default: one process")
   p.add_argument("--num-processes", type=int, default=None, help="processes in the job")
   p.add_argument("--process-id", type=int, default=None, help="this process's index, from 0")
+  p.add_argument("--init-timeout", type=float, default=300, metavar="SECONDS",
+                 help="how long to wait for every process of the job to connect before a one-line "
+                      "error (default 300, JAX's)")
 
 
 def _attention_maps(args):
@@ -280,6 +296,11 @@ def _aa_similarity(args):
             f"{cfg.min_total:g} for a correlation; lower them for diffuse attention")
   print(f"wrote {args.out} in {seconds:.0f} s; draw it with: "
         f"{_program()} figure aa-similarity --input {args.out}")
+
+
+def _reproduce(args):
+  from performer.plans import command  # pylint: disable=import-outside-toplevel
+  return command.main(args)
 
 
 def _figure(args):
@@ -491,7 +512,9 @@ def _parser():
   p.add_argument("--families", default=None,
                  help="accession -> family mapping (Pfam-A.regions.uniprot.tsv[.gz] or two "
                       "columns) to hold out whole families as the OOD split")
-  p.add_argument("--ood-families", default=None, help="comma-separated families to hold out")
+  p.add_argument("--ood-families", default=None,
+                 help="comma-separated families to hold out, or @FILE to read them from a file "
+                      "(label-pfam's <out>.held_out.txt)")
   p.add_argument("--ood-fraction", type=float, default=0.01,
                  help="share of families held out when --ood-families is not given")
   p.add_argument("--invalid", choices=("skip", "map-to-x", "fail"), default="skip",
@@ -599,7 +622,8 @@ def _parser():
                  help="FASTA file (plain or .gz) holding the protein (default "
                       "runs/data/swissprot.fasta.gz, see data/README.md)")
   p.add_argument("--accession", default="P00974",
-                 help="UniProt accession or entry name of the protein (default P00974, "
+                 help="UniProt accession or entry name of the protein, or first-that-fits: the "
+                      "first record that fits the run's L (default P00974, "
                       "BPT1_BOVIN, 100 residues, as in the paper)")
   p.add_argument("--layers", type=_ints, default=None,
                  help="comma-separated 0-based layers (default: the first 4, or all if fewer); "
@@ -637,6 +661,58 @@ def _parser():
                  help="output JSON (default runs/aa_similarity.json)")
   p.set_defaults(func=_aa_similarity)
 
+  from performer import plans  # pylint: disable=import-outside-toplevel
+  from performer.plans.command import LAUNCHERS  # pylint: disable=import-outside-toplevel
+  p = sub.add_parser(
+      "reproduce", help="every study of the paper as one plan, run here or on a SLURM cluster",
+      formatter_class=_Formatter,
+      description="Builds the plan of a budget: data, training runs, evals, probes, tables and "
+                  "figures, each a job that starts when the jobs it needs are done. Finished "
+                  "jobs are skipped (a job is done when its outputs exist and its stamp has the "
+                  "same fingerprint of its resolved config), a killed run resumes from its "
+                  "checkpoint: run the same command again after an interruption. SIGTERM or "
+                  "Ctrl-C makes every running train save, then stops.",
+      epilog="studies (--only takes these, or job names; --status lists the jobs):\n  "
+             + "\n  ".join(plans.summaries()) + "\n\nbudgets: tiny (the sample proteome, a "
+             "few steps: a check), mini (Swiss-Prot 2014_01, 2-layer models, a 2-core CPU; "
+             "results/), paper (36 layers, L = 1024: GPUs or a cluster)")
+  p.add_argument("--budget", default="mini", help="tiny, mini or paper (default mini)")
+  p.add_argument("--only", default=None, metavar="NAME[,NAME...]",
+                 help="studies or jobs to run, with the jobs they need (default: every study)")
+  p.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                 help="local: run here, --jobs at a time; slurm: one sbatch per job, with "
+                      "afterok dependencies (scripts/slurm/job.sbatch); print: the commands, in "
+                      "an order that respects needs, for any other scheduler (default local)")
+  p.add_argument("--jobs", type=int, default=None,
+                 help="local: jobs at a time, each pinned to its share of the cores (default: "
+                      "2 for tiny and mini, 1 for paper)")
+  p.add_argument("--status", action="store_true",
+                 help="show each job's state (done, running, failed with its log's last lines, "
+                      "pending) and stop")
+  p.add_argument("--dry-run", action="store_true",
+                 help="show what would run (slurm: the sbatch commands) and stop")
+  p.add_argument("--runs", default=None,
+                 help="folder of run workdirs, logs and the plan's state (default "
+                      "runs/reproduce/BUDGET)")
+  p.add_argument("--results", default=None,
+                 help="tables, figures and probe results (default: results/ for mini, "
+                      "RUNS/results otherwise)")
+  p.add_argument("--data", default=None,
+                 help="a prepare-trembl dataset with an OOD split to use instead of preparing "
+                      "Swiss-Prot")
+  p.add_argument("--steps", type=int, default=None, help="TrainConfig.steps of every run")
+  p.add_argument("--gin_param", action="append", default=[],
+                 help="a gin binding added to every run, e.g. DataConfig.batch_size=1 (repeatable)")
+  p.add_argument("--sbatch", action="append", default=[], metavar="KIND=ARGS",
+                 help="slurm: sbatch options of one job kind (train, eval, probe, figure, data) "
+                      "instead of the defaults, e.g. --sbatch 'train=--gres=gpu:4 --time=48:00:00'")
+  p.add_argument("--swissprot-route", choices=("debian", "download"), default="debian",
+                 help="Swiss-Prot 2014_01 from Debian's archive (as results/) or the current "
+                      "release from UniProt (scripts/get_swissprot.sh)")
+  p.add_argument("--job", default=None, metavar="NAME",
+                 help="run this one job here in the foreground (what each SLURM job runs)")
+  p.set_defaults(func=_reproduce)
+
   p = sub.add_parser("figure", help="draw a paper figure or table from result files or runs",
                      formatter_class=_Formatter, epilog="figures and tables:\n" + listing(),
                      description="Renders a figure or table from a result file (--input) or "
@@ -672,14 +748,13 @@ def main(argv=None):
   if unknown:
     parser.subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
   try:
-    args.func(args)
+    return args.func(args) or 0
   except UserError as e:
     print(f"performer {args.command}: error: {e}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print(f"performer {args.command}: interrupted", file=sys.stderr)
     return 130
-  return 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Library code never imports gin. A gin file binds fields, e.g.
 """
 
 import ast
+import dataclasses
 import logging
 import os
 import re
@@ -49,6 +50,31 @@ def resolve():
   except (ValueError, TypeError) as e:
     raise UserError(f"invalid model configuration: {str(e).splitlines()[0]}") from None
   return Config(data=data, model=model, optim=optim, train=train, mesh=mesh, vocab=vocab)
+
+
+def settings():
+  """The parsed gin config as plain values, without reading the dataset: what a run will be.
+
+  A plan checks and fingerprints its train jobs with it before any data
+  exists; model.vocab_size and model.max_len (from the dataset and
+  DataConfig.seq_len) are left out.
+
+  Returns:
+    {"data": {...}, "model": {...}, "optim": {...}, "train": {...}, "mesh": {...}}.
+
+  Raises:
+    UserError: an invalid configuration, as resolve() raises it.
+  """
+  try:
+    parts = {name: build(cls) for name, cls in (("data", "DataConfig"), ("optim", "OptimConfig"),
+                                                ("train", "TrainConfig"), ("mesh", "MeshConfig"))}
+    parts["model"] = build("ModelConfig", vocab_size=1, max_len=parts["data"].seq_len)
+  except (ValueError, TypeError) as e:
+    raise UserError(f"invalid configuration: {str(e).splitlines()[0]}") from None
+  values = {name: dataclasses.asdict(cfg) for name, cfg in parts.items()}
+  for field in ("vocab_size", "max_len"):
+    del values["model"][field]
+  return values
 
 
 # `include 'gin/...'` resolves from the repository root as well as the working folder.

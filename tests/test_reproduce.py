@@ -1,10 +1,11 @@
-"""scripts/reproduce.sh end to end at the tiny budget, and scripts/get_swissprot.sh's arguments."""
+"""`performer reproduce` end to end at the tiny budget (local launcher), and get_swissprot.sh's arguments."""
 
 import csv
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -18,10 +19,19 @@ CLAIMS = ["Performer-softmax matches the Transformer", "Performer-ReLU is the be
 VERDICTS = {"reproduced", "reproduced in part", "not reproduced", "not tested"}
 
 
+REPRODUCE = [sys.executable, "-m", "performer.cli", "reproduce", "--budget", "tiny"]
+
+
 def _reproduce(*args):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run(["bash", "scripts/reproduce.sh", "--budget", "tiny", *args], cwd=ROOT,
-                        env=env, capture_output=True, text=True, check=False)
+  return subprocess.run([*REPRODUCE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                        check=False)
+
+
+def _log(runs, job):
+  """The last attempt's log of a job."""
+  folder = runs / "logs" / job
+  return (folder / max(os.listdir(folder), key=lambda f: int(f.split(".")[0]))).read_text()
 
 
 @pytest.fixture(scope="module")
@@ -84,20 +94,18 @@ def test_appendix_figures_and_probe_results_are_written(appendix):
       assert (results / name).stat().st_size > 0, name
   assert json.load(open(results / "lemma2.json"))["experiment"] == "lemma2"
   assert (runs / "probes" / "attention_maps.json").exists()
-  again = _reproduce("--runs", str(runs), "--only", "probes")  # results newer than runs: skipped
-  assert again.returncode == 0
-  for probe in PROBES:  # each job's log, rewritten by this second run
-    log = (runs / "logs" / f"{probe}.log").read_text()
-    assert probe in log and "draw it with" not in log, probe
+  again = _reproduce("--runs", str(runs), "--only", "probes")  # done: skipped
+  assert again.returncode == 0 and "started" not in again.stdout, again.stdout
 
 
-@pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
+@pytest.mark.slow  # the tiny fig6 run: ~2.5 min; tables, figures and verdicts have fast tests
 def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
   runs, _ = tiny
   for name in EXPERIMENTS:
     config = json.load(open(runs / name / "config.json"))
     assert config["train"]["steps"] == 3 and config["train"]["seed"] == (1 if "seed1" in name else 0)
     assert config["model"]["causal"] == name.startswith("u_")
+    assert config["train"]["settings"]["direction"] == name[0]  # the sweep's settings, recorded
     for split in ("test", "ood"):
       result = json.load(open(runs / name / f"eval_{split}.json"))
       assert result["step"] == 3 and result["split"] == split and result["tokens"] > 0
@@ -105,7 +113,7 @@ def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
       {"num_projections": 16}
 
 
-@pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
+@pytest.mark.slow  # the tiny fig6 run: ~2.5 min; tables, figures and verdicts have fast tests
 def test_every_table_figure_and_verdict_row_is_written(tiny):
   runs, stdout = tiny
   results = runs / "results"
@@ -130,7 +138,7 @@ def test_every_table_figure_and_verdict_row_is_written(tiny):
   stats = json.load(open(runs / "data" / "sample" / "stats.json"))
   ours = {row["split"]: row for row in table1 if row["source"] == "ours" and row["task"] == "single"}
   assert int(ours["ood"]["sequences / chunks"]) == stats["single"]["ood"]["count"] > 0
-  assert "done:" in stdout
+  assert "every job has finished" in stdout
 
 
 @pytest.mark.slow  # ~8 min more: every appendix run at the tiny budget
@@ -146,29 +154,34 @@ def test_the_whole_appendix_runs_at_the_tiny_budget(appendix):
     assert (runs / name / "config.json").exists(), name
 
 
-@pytest.mark.slow  # the tiny fig6 run: ~4.5 min; tables, figures and verdicts have fast tests
+@pytest.mark.slow  # the tiny fig6 run: ~2.5 min; tables, figures and verdicts have fast tests
 def test_a_second_run_resumes_with_nothing_left_to_do(tiny):
   runs, _ = tiny
-  done = _reproduce("--runs", str(runs), "--only", "u_exact", "--jobs", "1")  # output on stdout
+  done = _reproduce("--runs", str(runs), "--only", "u_exact_eval", "--jobs", "1")
   assert done.returncode == 0, done.stderr[-2000:]
-  assert "is complete" in done.stdout and "eval" not in done.stdout.replace("evaluated", "")
+  assert "4 jobs, 4 finished before" in done.stdout and "started" not in done.stdout, done.stdout
+  status = _reproduce("--runs", str(runs), "--only", "fig6", "--status")
+  assert status.stdout.splitlines()[-1].startswith("27 done;"), status.stdout
 
 
 @pytest.mark.slow  # ~1.5 min: two tiny runs of 400 steps, stopped and resumed
-def test_a_sigterm_stops_every_job_with_a_checkpoint_and_the_same_command_resumes(tmp_path):
+def test_a_sigterm_to_the_group_stops_every_train_with_a_checkpoint_and_the_same_command_resumes(
+    tmp_path):
   args = ["--runs", str(tmp_path), "--only", "fig16_relu,fig16_abs", "--steps", "400",
           "--jobs", "2"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  script = subprocess.Popen(["bash", "scripts/reproduce.sh", "--budget", "tiny", *args], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  logs = [tmp_path / "logs" / f"fig16_{k}.log" for k in ("relu", "abs")]
+  launcher = subprocess.Popen([*REPRODUCE, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  logs = [tmp_path / "logs" / f"fig16_{k}" / "1.log" for k in ("relu", "abs")]
   deadline = time.time() + 240
   while not all(log.exists() and "train:" in log.read_text() for log in logs):  # both stepping
-    assert script.poll() is None and time.time() < deadline, script.stdout.read()[-2000:]
+    assert launcher.poll() is None and time.time() < deadline, launcher.stdout.read()[-2000:]
     time.sleep(1)
-  script.send_signal(signal.SIGTERM)  # the script alone, as `kill PID` does
-  out, _ = script.communicate(timeout=120)
-  assert script.returncode == 130 and "interrupted: run the same command to resume" in out, out
+  os.killpg(launcher.pid, signal.SIGTERM)  # the whole group, as `kill -TERM -PGID` and schedulers
+  out, _ = launcher.communicate(timeout=120)
+  assert launcher.returncode == 130, out
+  assert "interrupted: fig16_relu, fig16_abs; run the same command to resume" in out or \
+      "interrupted: fig16_abs, fig16_relu; run the same command to resume" in out, out
   saved = []
   for log in logs:
     text = log.read_text()
@@ -177,28 +190,11 @@ def test_a_sigterm_stops_every_job_with_a_checkpoint_and_the_same_command_resume
   assert all(0 < step < 400 for step in saved)
   done = _reproduce(*args)
   assert done.returncode == 0, done.stdout[-2000:]
-  for log, step in zip(logs, saved):  # each log is the second run's
-    assert f"from step {step}" in log.read_text(), log.read_text()[-1000:]
-    rows = [json.loads(line) for line in (tmp_path / log.stem / "metrics.jsonl").open()]
+  for log, step in zip(logs, saved):  # each attempt keeps its own log
+    second = (log.parent / "2.log").read_text()
+    assert f"from step {step}" in second, second[-1000:]
+    rows = [json.loads(line) for line in (tmp_path / log.parent.name / "metrics.jsonl").open()]
     assert max(r["step"] for r in rows) == 400
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--budget", "huge"], "--budget must be tiny, mini or paper"),
-    (["--only", "u_nothing"], "no experiment u_nothing"),
-    (["--only", "fig6,fig99"], "no experiment fig99; choose from the groups fig6 fig5"),
-    (["--steps", "0"], "--steps must be a positive integer"),
-    (["--jobs", "two"], "--jobs must be a positive integer"),
-    (["--frobnicate"], "unknown argument --frobnicate"),
-    (["--only"], "--only needs a value"),
-    (["--only", ""], "--only needs a value"),
-    (["--data", "/nonexistent"], "--data /nonexistent is not a prepare-trembl dataset with an OOD split"),
-    (["--runs", "/proc/x"], "cannot write to folder /proc/x"),
-])
-def test_reproduce_refuses_bad_arguments(args, message):
-  done = subprocess.run(["bash", "scripts/reproduce.sh", *args], cwd=ROOT, capture_output=True,
-                        text=True, check=False)
-  assert done.returncode == 2 and done.stderr.strip().startswith(f"error: {message}")
 
 
 @pytest.mark.parametrize("args, message", [

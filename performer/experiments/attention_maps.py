@@ -33,6 +33,7 @@ from performer.experiments.results import write_result
 
 DEFAULT_FASTA = "runs/data/swissprot.fasta.gz"
 DEFAULT_ACCESSION = "P00974"  # BPT1_BOVIN, 100 residues (App. C.4)
+FIRST_THAT_FITS = "first-that-fits"  # --accession: the first record the run's L holds
 MAX_DEFAULT_LAYERS = 4  # Fig. 10 shows the first 4 layers
 # A per-feature reference below any real log, for a key set with no real key
 # (favor.attention's _NO_KEY: finite, so differences of two are 0, not NaN).
@@ -91,6 +92,22 @@ def find_sequence(path, accession):
       return header, parsed.tokens
   raise UserError(f"{path}: no record {wanted!r} (looked for it as the accession or entry "
                   "name of every header)")
+
+
+def first_that_fits(path, max_residues):
+  """The first record of a FASTA file with at most `max_residues` residues, as find_sequence.
+
+  Raises:
+    UserError: an unreadable file, or no record that short.
+  """
+  for block, first_line, _ in fasta.read_blocks(path, {}):
+    parsed = fasta.parse_block((block, first_line, path, "skip", b"attention-maps"))
+    lengths = np.diff(parsed.offsets)
+    fits = np.flatnonzero(lengths <= max_residues)
+    if fits.size:
+      i = int(fits[0])
+      return parsed.accessions[i], parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
+  raise UserError(f"{path}: no record of at most {max_residues} residues")
 
 
 def _names(header):
@@ -349,7 +366,10 @@ def run(cfg):
   if max(layers) >= model_cfg.num_layers:
     raise UserError(f"--layers {_joined(layers)}: the run has {model_cfg.num_layers} layers "
                     f"(0-{model_cfg.num_layers - 1})")
-  header, residues = find_sequence(cfg.fasta, cfg.accession)
+  if cfg.accession == FIRST_THAT_FITS:
+    header, residues = first_that_fits(cfg.fasta, model_cfg.max_len - int(model_cfg.causal))
+  else:
+    header, residues = find_sequence(cfg.fasta, cfg.accession)
   needed = len(residues) + int(model_cfg.causal)
   if needed > model_cfg.max_len:
     start = "[EOS] + " if model_cfg.causal else ""
@@ -391,7 +411,7 @@ def run(cfg):
 
   labels = [_label(t) for t in tokens[0]]
   extra = {
-      "protein": {"accession": cfg.accession, "header": header, "residues": len(residues),
+      "protein": {"accession": fasta.accession(header), "header": header, "residues": len(residues),
                   "sequence": vocab.decode(residues)},
       "run": {"path": os.path.abspath(cfg.run), "step": step,
               "attention": model_cfg.attention,

@@ -60,12 +60,17 @@ class TrainConfig:
   eval_batches: int = 0  # 0: the whole valid split
   seed: int = 0
   init_from: str = ""  # a trained workdir whose parameters start this run (paper Fig. 5)
+  # What a plan's sweep set for this run (performer/plans), e.g. {"kernel": "relu"}: recorded in
+  # config.json for figures to group runs by; training does not read it.
+  settings: dict = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     for name in ("steps", "log_every", "eval_every", "checkpoint_every"):
       _check(self, name, lambda x: x >= 1, ">= 1", kind=int)
     _check(self, "eval_batches", lambda x: x >= 0, ">= 0 (0: the whole valid split)", kind=int)
     _check(self, "seed", lambda x: x >= 0, ">= 0", kind=int)
+    if not isinstance(self.settings, dict):
+      raise ValueError(f"TrainConfig.settings must be a dict, got {self.settings!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,14 +5,19 @@ lists the devices of every process, and each jit runs on all of them (the
 mesh in sharding.py spans them). One process needs none of this.
 """
 
+import os
 import sys
+import threading
 
 import jax
 
 from performer.errors import UserError
 
 
-def initialize(coordinator=None, num_processes=None, process_id=None):
+DEFAULT_TIMEOUT = 300  # seconds, JAX's own default
+
+
+def initialize(coordinator=None, num_processes=None, process_id=None, timeout=DEFAULT_TIMEOUT):
   """Connects this process to the others of its job (jax.distributed.initialize).
 
   Args:
@@ -20,9 +25,13 @@ def initialize(coordinator=None, num_processes=None, process_id=None):
       num_processes and process_id are required); "auto" to take all three
       from the cluster's environment as JAX does (SLURM, Open MPI, TPU pods);
       None or "" for a single process (nothing happens).
+    timeout: seconds to wait for every process of the job to connect. Past
+      it the process prints a one-line error and exits with status 2 (JAX
+      itself would abort with a C++ stack trace, from inside a call that
+      Python cannot interrupt).
 
   Raises:
-    UserError: missing or inconsistent values, or a failed connection.
+    UserError: missing, malformed or inconsistent values, or a failed connection.
   """
   if not coordinator:
     if num_processes is not None or process_id is not None:
@@ -34,18 +43,40 @@ def initialize(coordinator=None, num_processes=None, process_id=None):
                       "drop --num-processes and --process-id")
     kwargs = {}
   else:
+    host, sep, port = coordinator.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+      raise UserError(f"--coordinator {coordinator!r} is not HOST:PORT with a port in 1-65535 "
+                      "(or 'auto')")
     if num_processes is None or process_id is None:
       raise UserError(f"--coordinator {coordinator} needs --num-processes and --process-id")
+    if num_processes < 1:
+      raise UserError(f"--num-processes must be >= 1, got {num_processes}")
     if not 0 <= process_id < num_processes:
       raise UserError(f"--process-id {process_id} must be in [0, --num-processes "
                       f"{num_processes})")
     kwargs = dict(coordinator_address=coordinator, num_processes=num_processes,
                   process_id=process_id)
+  if timeout <= 0:
+    raise UserError(f"--init-timeout must be > 0 seconds, got {timeout}")
   jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU devices talk over TCP
-  try:
-    jax.distributed.initialize(**kwargs)
+  watchdog = threading.Timer(timeout, _give_up, (coordinator, timeout))
+  watchdog.daemon = True
+  watchdog.start()
+  try:  # JAX's own timeout comes later: ours gives the error
+    jax.distributed.initialize(**kwargs, initialization_timeout=int(timeout) + 60)
   except (RuntimeError, ValueError) as e:
     raise UserError(f"--coordinator {coordinator}: {str(e).strip().splitlines()[0]}") from None
+  finally:
+    watchdog.cancel()
+
+
+def _give_up(coordinator, timeout):
+  """The watchdog of `initialize`: the main thread is stuck in C++, so leave from here."""
+  print(f"performer: error: --coordinator {coordinator}: the job's processes did not all connect "
+        f"within {timeout:g} s (--init-timeout); start every process with the same "
+        "--coordinator and --num-processes, each with its own --process-id", file=sys.stderr,
+        flush=True)
+  os._exit(2)  # pylint: disable=protected-access
 
 
 def say(message, *, file=None):

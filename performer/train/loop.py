@@ -35,7 +35,7 @@ from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.models.transformer import TransformerLM
-from performer.train import metrics, sharding, steps
+from performer.train import metrics, resume, sharding, steps
 from performer.train.checkpoint import Checkpoints
 from performer.train.distributed import say
 from performer.train.writer import MetricWriter
@@ -157,6 +157,9 @@ def run(cfg, workdir, *, progress=True):
           if jax.process_index() == 0 else contextlib.nullcontext())
   with lock, Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
     start = ckpt.latest_step() or 0
+    if start:  # the same run only; allowed changes (steps, cadence) go to resumes.jsonl
+      for field, old, new in resume.check(workdir, cfg, start, record=jax.process_index() == 0):
+        say(f"resuming with {field} {old!r} -> {new!r}")
     if start >= train.steps:
       say(f"{workdir} is complete: its latest checkpoint is step {start} "
           f"(TrainConfig.steps = {train.steps}); nothing to train")
@@ -346,7 +349,7 @@ def _ctrl_c_stops_after_the_step():
 
   A KeyboardInterrupt raised mid-step could leave the model half-updated,
   so the loop saves and stops at the next step boundary instead. SIGTERM
-  (a scheduler's preemption, a session's end, reproduce.sh stopped) does
+  (a scheduler's preemption, a session's end, a stopped launcher) does
   the same, so that it also leaves a checkpoint to resume from.
   """
   stop = []

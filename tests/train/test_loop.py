@@ -108,10 +108,22 @@ def test_unknown_gin_parameters_are_errors(tmp_path):
   assert "Traceback" not in result.stderr
 
 
-def test_resuming_with_another_optimizer_is_a_clear_error(data, tmp_path):
+def test_resuming_another_run_names_the_difference_and_allowed_changes_are_recorded(data, tmp_path):
   _train(data, tmp_path, "TrainConfig.steps = 3")
-  with pytest.raises(UserError, match="does not fit this configuration"):
+  with pytest.raises(UserError, match=r"holds another run: optim.clip_norm is 0.5 there and 0.0 here; "
+                                      "resume it with its own config"):
     _train(data, tmp_path, "TrainConfig.steps = 6", "OptimConfig.clip_norm = 0.0")
+  # a Performer-ReLU run resumed as Performer-softmax: refused, naming both differences
+  with pytest.raises(UserError, match=r"model.attention is 'performer_relu' there and "
+                                      r"'performer_softmax' here \(and 1 more: train.seed\)"):
+    _train(data, tmp_path, "TrainConfig.steps = 6", "ModelConfig.attention = 'performer_softmax'",
+           "TrainConfig.seed = 4")
+  assert not (tmp_path / "resumes.jsonl").exists()
+  _train(data, tmp_path, "TrainConfig.steps = 6", "TrainConfig.log_every = 3")  # how long, how often
+  record = json.loads((tmp_path / "resumes.jsonl").read_text())
+  assert record["step"] == 3 and record["changed"] == {"train.log_every": [2, 3],
+                                                       "train.steps": [3, 6]}
+  assert json.load(open(tmp_path / "config.json"))["train"]["steps"] == 6
 
 
 def test_eval_of_a_folder_that_is_not_a_run(tmp_path):
@@ -249,6 +261,11 @@ def test_resuming_another_shape_names_the_array_and_a_damaged_checkpoint_names_i
     return result.stderr.strip().splitlines()
 
   assert train("ModelConfig.d_ff = 48") == [
+      f"performer train: error: --workdir {tmp_path} holds another run: model.d_ff is 32 there "
+      f"and 48 here; resume it with its own config ({tmp_path}/config.json) or use another "
+      "--workdir"]
+  os.remove(tmp_path / "config.json")  # an older run's workdir: the checkpoint's shapes tell
+  assert train("ModelConfig.d_ff = 48") == [
       f"performer train: error: checkpoint 3 in {tmp_path}/checkpoints does not fit this "
       "configuration (model or optimizer changed since it was saved): model/blocks/0/mlp_in/bias "
       "has shape (32,) in the checkpoint, (48,) in the model; and 8 more. Use another --workdir, "
@@ -330,7 +347,7 @@ def test_mlm_proportions_come_from_the_data_config(data):
                                         targets[selected & (inputs != cfg.vocab.mask)]).all()
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])  # Ctrl-C; a scheduler or reproduce.sh
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])  # Ctrl-C; a scheduler or a launcher
 def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(data, tmp_path, signame):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -160,12 +161,33 @@ def test_cluster_flags_are_checked(tmp_path):
            (["--coordinator", "localhost:1"], "needs --num-processes and --process-id"),
            (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "2"],
             "--process-id 2 must be in [0, --num-processes 2)"),
-           (["--coordinator", "auto", "--process-id", "0"], "--coordinator auto takes")]
+           (["--coordinator", "auto", "--process-id", "0"], "--coordinator auto takes"),
+           (["--coordinator", "localhost", "--num-processes", "2", "--process-id", "0"],
+            "--coordinator 'localhost' is not HOST:PORT with a port in 1-65535"),
+           (["--coordinator", "localhost:70000", "--num-processes", "2", "--process-id", "0"],
+            "is not HOST:PORT with a port in 1-65535"),
+           (["--coordinator", "localhost:1", "--num-processes", "-3", "--process-id", "0"],
+            "--num-processes must be >= 1, got -3"),
+           (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "0",
+             "--init-timeout", "0"], "--init-timeout must be > 0 seconds")]
   for flags, message in cases:
     done = subprocess.run([sys.executable, "-m", "performer.cli", "train", "--gin", CONFIG,
                            "--workdir", str(tmp_path), *flags], cwd=ROOT, capture_output=True,
                           text=True, env=_env(1))
     assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def test_a_peer_that_never_arrives_is_a_one_line_error_after_the_timeout(tmp_path):
+  started = time.time()
+  done = subprocess.run([sys.executable, "-m", "performer.cli", "train", "--gin", CONFIG,
+                         "--workdir", str(tmp_path), "--coordinator", f"localhost:{_free_port()}",
+                         "--num-processes", "2", "--process-id", "0", "--init-timeout", "3"],
+                        cwd=ROOT, capture_output=True, text=True, env=_env(1), timeout=120)
+  assert done.returncode == 2 and time.time() - started < 60
+  lines = [line for line in done.stderr.splitlines() if line.strip()]
+  assert lines[-1].startswith("performer: error: --coordinator localhost:") and \
+      "did not all connect within 3 s (--init-timeout)" in lines[-1], done.stderr
+  assert "Traceback" not in done.stderr and "@ " not in done.stderr  # no C++ stack trace
 
 
 def test_mesh_config_and_its_errors():

@@ -1,0 +1,92 @@
+"""Budgets: how big each study's runs are (tiny, mini, paper), as typed values.
+
+Each budget names the gin file that sizes its models (given after a paper-size
+config, it overrides sizes only) and the few numbers the studies scale with
+it. Attention sizes scale with the model: m = 4 d_head as the paper's 256 at
+d_head = 64; Linformer's k = 0.59 L as the paper's 600 at L = 1024. The
+appendix runs redraw W every `redraw_every` steps: at the mini budget the
+paper's period, 1000, would never redraw in a 250-step fine-tune.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+  """The sizes of one budget.
+
+  Attributes:
+    name: tiny, mini or paper.
+    protein_gin, text_gin: gin files given after each protein / PG-19 paper
+      config (none: the paper's own sizes).
+    data, text_data: where the protein and PG-19 datasets are prepared;
+      "{runs}" stands for the runs folder.
+    num_features: m of the Performers (attention_options num_features).
+    num_projections: Linformer's k.
+    redraw_every: the appendix runs' feature redraw period (steps).
+    finetune_steps, text_finetune_steps: Fig. 5's fine-tunes (proteins, text).
+    concat_steps, redraw_steps, kernel_steps: Fig. 7, Fig. 15, Fig. 16 runs;
+      None keeps the config's steps.
+    concat_bindings: Fig. 7's concatenated-protein sizes over the budget's.
+    reformer_options: the Reformer's attention_options.
+    probe_args: extra flags of each probe command (smaller probes for tiny).
+    jobs: jobs at a time on one machine by default (two one-core trains
+      are 1.45x faster than one on both of 2 cores; paper runs want a
+      whole machine each).
+    results: where tables and figures go ("{runs}" as above).
+    sample_fasta: True: the tiny budget's proteins are the sample proteome,
+      labelled and prepared in the runs folder (data.py).
+  """
+  name: str
+  protein_gin: tuple[str, ...]
+  text_gin: tuple[str, ...]
+  data: str
+  text_data: str
+  num_features: int
+  num_projections: int
+  redraw_every: int
+  finetune_steps: int
+  text_finetune_steps: int
+  concat_steps: int | None
+  redraw_steps: int | None
+  kernel_steps: int | None
+  concat_bindings: tuple[str, ...] = ()
+  reformer_options: dict = dataclasses.field(default_factory=dict)
+  probe_args: dict = dataclasses.field(default_factory=dict)
+  jobs: int = 1
+  results: str = "{runs}/results"
+  sample_fasta: bool = False
+
+
+BUDGETS = {
+    # Every experiment for a few steps on the sample proteome: a check that data, runs, evals,
+    # tables and figures connect (tests/plans). Its numbers mean nothing.
+    "tiny": Budget(
+        name="tiny", protein_gin=("gin/reproduce/tiny.gin",), text_gin=("gin/reproduce/tiny.gin",),
+        data="{runs}/data/sample", text_data="{runs}/data/pg19-sample", num_features=16,
+        num_projections=16, redraw_every=1, finetune_steps=3, text_finetune_steps=3,
+        concat_steps=3, redraw_steps=3, kernel_steps=3, concat_bindings=("DataConfig.seq_len=64",),
+        reformer_options={"chunk_size": 8, "n_buckets": 4},
+        probe_args={"lemma2": ("--angles", "8", "--lengths", "4", "--slice-angles", "6",
+                               "--samples", "500"),
+                    "error_propagation": ("--sequences", "4", "--draws", "2", "--features", "8,16",
+                                          "--init-layers", "2"),
+                    "aa_similarity": ("--sequences", "16")},
+        jobs=2, sample_fasta=True),
+    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (README.md gives
+    # the measured times); concatenated proteins at L = 1024 (README: why). Results: results/.
+    "mini": Budget(
+        name="mini", protein_gin=("gin/reproduce/mini.gin",), text_gin=("gin/mini/pg19_sizes.gin",),
+        data="runs/data/swissprot", text_data="runs/data/pg19-sample", num_features=64,
+        num_projections=150, redraw_every=100, finetune_steps=250, text_finetune_steps=500,
+        concat_steps=300, redraw_steps=500, kernel_steps=300,
+        concat_bindings=("DataConfig.seq_len=1024", "DataConfig.batch_size=4"),
+        jobs=2, results="results"),
+    # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
+    # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
+    "paper": Budget(
+        name="paper", protein_gin=(), text_gin=(), data="runs/data/swissprot",
+        text_data="runs/data/pg19", num_features=256, num_projections=600, redraw_every=1000,
+        finetune_steps=20000, text_finetune_steps=20000, concat_steps=None, redraw_steps=None,
+        kernel_steps=None),
+}

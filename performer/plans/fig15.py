@@ -1,0 +1,30 @@
+"""Fig. 15 (redrawing): Performer-softmax with W redrawn and never redrawn, two seeds of W.
+
+The seeds are the feature draw's (attention_options seed), not the weights'.
+fig6's (U) softmax and ReLU runs give the figure's middle panel.
+"""
+
+from performer.plans import job as job_lib
+from performer.plans.context import options, short
+
+STUDY = "fig15"
+SUMMARY = "Fig. 15: feature redrawing on and off, two seeds of the random features"
+SCHEDULES = {"redraw": "u_performer_softmax", "no_redraw": "u_performer_softmax_no_redraw"}
+
+
+def jobs(ctx):
+  budget = ctx.budget
+  out = []
+  for settings in job_lib.product(feature_seed=(1, 2), schedule=tuple(SCHEDULES)):
+    redraw_every = budget.redraw_every if settings["schedule"] == "redraw" else 0
+    out.append(ctx.protein(
+        job_lib.run_name("fig15_{schedule}_f{feature_seed}", settings), SCHEDULES[settings["schedule"]],
+        (*short(budget.redraw_steps), options(num_features=budget.num_features,
+                                              redraw_every=redraw_every,
+                                              seed=settings["feature_seed"])),
+        study=STUDY, settings=settings))
+  middle = ("u_performer_softmax", "u_performer_relu")
+  runs = [*(j.workdir for j in out), *(ctx.workdir(name) for name in middle)]
+  out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs), "fig15_redraw.png",
+                        needs=[*(j.name for j in out), *middle], study=STUDY))
+  return out

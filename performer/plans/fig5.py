@@ -1,0 +1,68 @@
+"""Fig. 5 (backward compatibility): trained Transformers fine-tuned with other attention.
+
+The weights of fig6's (U) and (B) Transformers are fine-tuned as the
+Transformer itself (continued), as Performers with positive features redrawn
+and never redrawn, with trig features and with SMREG scaling; in (B) also as
+a Linformer. The paper's right panel is PG-19: here the real sample book,
+whose Transformer (fig5_text_source) is fine-tuned the same ways.
+"""
+
+from performer.plans import job as job_lib
+from performer.plans.context import options, short
+
+STUDY = "fig5"
+SUMMARY = "Fig. 5: Transformers fine-tuned as Performers (proteins and text)"
+# variant -> (the config's attention part, its attention options beyond m and the redraw period)
+VARIANTS = {
+    "exact": ("exact", None),
+    "positive": ("performer_softmax", {}),
+    "no_redraw": ("performer_softmax_no_redraw", {"redraw_every": 0}),
+    "trig": ("performer_softmax", {"kernel": "trig"}),
+    "smreg": ("performer_softmax", {"scaling": "sqrt_d"}),
+    "linformer": ("linformer", None),
+}
+PROTEIN = {"u": ("exact", "positive", "no_redraw", "trig", "smreg"),
+           "b": ("exact", "positive", "linformer")}
+TEXT = ("exact", "positive", "no_redraw", "trig", "smreg")
+TEXT_SOURCE = "fig5_text_source"
+
+
+def _options(ctx, variant):
+  attention, extra = VARIANTS[variant]
+  if attention == "linformer":
+    return (options(num_projections=ctx.budget.num_projections),)
+  if extra is None:
+    return ()
+  return (options(**{"num_features": ctx.budget.num_features,
+                     "redraw_every": ctx.budget.redraw_every, **extra}),)
+
+
+def _from(ctx, source, steps):
+  return (f"TrainConfig.init_from={ctx.workdir(source)!r}", *short(steps))
+
+
+def jobs(ctx):
+  out = []
+  for direction, variants in PROTEIN.items():
+    source = f"{direction}_exact"
+    for variant in variants:
+      settings = {"direction": direction, "source": source, "variant": variant}
+      out.append(ctx.protein(
+          job_lib.run_name("fig5_{direction}_{variant}", settings),
+          f"{direction}_{VARIANTS[variant][0]}",
+          (*_from(ctx, source, ctx.budget.finetune_steps), *_options(ctx, variant)),
+          needs=(source,), study=STUDY, settings=settings))
+  out.append(ctx.text(TEXT_SOURCE, "pg19_u_exact", study=STUDY,
+                      settings={"direction": "u", "variant": "source"}))
+  for variant in TEXT:
+    settings = {"direction": "u", "source": TEXT_SOURCE, "variant": variant}
+    config = "pg19_u_exact" if variant == "exact" else "pg19_u_performer_softmax_from_exact"
+    out.append(ctx.text(
+        job_lib.run_name("fig5_text_{variant}", settings), config,
+        (*_from(ctx, TEXT_SOURCE, ctx.budget.text_finetune_steps), *_options(ctx, variant)),
+        needs=(TEXT_SOURCE,), study=STUDY, settings=settings))
+  tuned = [j for j in out if j.name != TEXT_SOURCE]
+  out.append(ctx.figure("fig5_backward_compat",
+                        ("backward-compat", "--runs", *(j.workdir for j in tuned)),
+                        "fig5_backward_compat.png", needs=[j.name for j in tuned], study=STUDY))
+  return out

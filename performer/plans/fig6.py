@@ -1,0 +1,56 @@
+"""Fig. 6 and Table 2 (Sec. 4.3): the protein language models, evaluated on test and OOD.
+
+(U) Transformer, Performer-softmax, Performer-ReLU, Reformer; (B) Transformer,
+Performer-softmax, Performer-ReLU, Linformer. A second seed of the two (U)
+models closest in an earlier measurement (Transformer and Performer-ReLU)
+measures the run-to-run spread. Then Table 1, Table 2, the claims and the
+Fig. 6 curves.
+"""
+
+from performer.plans import job as job_lib
+from performer.plans.context import options
+
+STUDY = "fig6"
+SUMMARY = "Fig. 6 / Table 2: eight protein models in (U) and (B), test and OOD evals, tables"
+MODELS = {"u": ("exact", "performer_relu", "performer_softmax", "reformer"),
+          "b": ("exact", "performer_relu", "performer_softmax", "linformer")}
+SECOND_SEEDS = job_lib.product(direction=("u",), attention=("exact", "performer_relu"), seed=(1,))
+
+
+def attention_options(ctx, attention):
+  """The budget's options of one backend (m, k, the Reformer's buckets)."""
+  budget = ctx.budget
+  if attention.startswith("performer_"):
+    return (options(num_features=budget.num_features),)
+  if attention == "linformer":
+    return (options(num_projections=budget.num_projections),)
+  if attention == "reformer" and budget.reformer_options:
+    return (options(**budget.reformer_options),)
+  return ()
+
+
+def jobs(ctx):
+  sweep = [dict(direction=d, attention=a, seed=0) for d, names in MODELS.items() for a in names]
+  sweep += SECOND_SEEDS
+  out, evals = [], []
+  for s in sweep:
+    name = job_lib.run_name("{direction}_{attention}" + ("_seed{seed}" if s["seed"] else ""), s)
+    out.append(ctx.protein(name, f"{s['direction']}_{s['attention']}",
+                           attention_options(ctx, s["attention"]), seed=s["seed"], study=STUDY,
+                           settings=s))
+    workdir = ctx.workdir(name)
+    evals.append(job_lib.Job(
+        name=f"{name}_eval", kind="eval", study=STUDY, needs=(name,),
+        command=("performer", "eval", "--workdir", workdir, "--split", "test,ood"),
+        outputs=tuple(f"{workdir}/eval_{split}.json" for split in ("test", "ood"))))
+  out += evals
+  runs = [ctx.workdir(e.needs[0]) for e in evals]
+  needs = [e.name for e in evals]
+  out.append(ctx.figure("table1", ("table1", "--input", ctx.data), "table1.md", needs=("proteins",),
+                        study=STUDY))
+  for name in ("table2", "claims"):
+    out.append(ctx.figure(name, (name, "--runs", *runs), f"{name}.md", needs=needs, study=STUDY))
+  for metric in ("accuracy", "perplexity"):
+    out.append(ctx.figure(f"fig6_{metric}", ("curves", "--runs", *runs, "--metric", metric),
+                          f"fig6_{metric}.png", needs=needs, study=STUDY))
+  return out

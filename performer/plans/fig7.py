@@ -1,0 +1,32 @@
+"""Fig. 7 right: concatenated proteins, small exact Transformers of 1-3 layers against a Performer.
+
+The paper's small Transformers (8 heads, d 256, d_ff 256) over the budget's
+concatenated-protein sizes, against the Performer-ReLU at the budget's size.
+"""
+
+from performer.plans import job as job_lib
+from performer.plans.context import options, short
+
+STUDY = "fig7"
+SUMMARY = "Fig. 7 right: concatenated proteins, 1-3 layer Transformers against Performer-ReLU"
+LAYERS = (1, 2, 3)
+
+
+def jobs(ctx):
+  budget = ctx.budget
+  sized = (*budget.concat_bindings, *short(budget.concat_steps))
+  out = []
+  for settings in job_lib.product(attention=("exact",), layers=LAYERS):
+    out.append(ctx.protein(
+        job_lib.run_name("fig7_exact_{layers}l", settings),
+        job_lib.run_name("concat_u_exact_{layers}l", settings),
+        (*sized, f"ModelConfig.num_layers={settings['layers']}", "ModelConfig.num_heads=8",
+         "ModelConfig.d_model=256", "ModelConfig.d_ff=256"),
+        study=STUDY, settings=settings))
+  out.append(ctx.protein("fig7_performer_relu", "concat_u_performer_relu",
+                         (*sized, options(num_features=budget.num_features)), study=STUDY,
+                         settings={"attention": "performer_relu"}))
+  out.append(ctx.figure("fig7_concat_accuracy",
+                        ("curves", "--runs", *(j.workdir for j in out), "--metric", "accuracy"),
+                        "fig7_concat_accuracy.png", needs=[j.name for j in out], study=STUDY))
+  return out

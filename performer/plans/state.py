@@ -1,0 +1,113 @@
+"""Where each job of a plan stands: stamps written by the launchers, logs, the status table.
+
+A job's stamp, <runs>/.plan/<job>.json, says what the last attempt did
+(running, done, diverged, failed, interrupted, submitted) and with which
+fingerprint. A job is done when its stamp says done with the plan's
+fingerprint and its outputs exist: a job changed since (other bindings,
+other steps) or whose outputs were deleted is to do again. Each attempt
+logs to <runs>/logs/<job>/<attempt>.log.
+"""
+
+import json
+import os
+import socket
+import time
+
+from performer.atomic import atomic_path
+
+FINISHED = ("done", "diverged", "skipped")  # a job in one of these is not run again
+ELSEWHERE = ("running", "submitted")  # nor one that another launcher runs or has queued
+
+
+def stamp_path(runs, name):
+  return os.path.join(runs, ".plan", f"{name}.json")
+
+
+def read(runs, name):
+  try:
+    with open(stamp_path(runs, name)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def write(runs, name, **fields):
+  """Replaces the job's stamp with `fields` plus the time and host."""
+  path = stamp_path(runs, name)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  stamp = {**fields, "time": time.strftime("%Y-%m-%d %H:%M:%S"), "host": socket.gethostname()}
+  with atomic_path(path) as tmp, open(tmp, "w") as f:
+    json.dump(stamp, f, indent=1, sort_keys=True)
+
+
+def new_log(runs, name):
+  """The path of a new attempt's log: <runs>/logs/<name>/<n>.log, n counting from 1."""
+  folder = os.path.join(runs, "logs", name)
+  os.makedirs(folder, exist_ok=True)
+  taken = [int(f.split(".")[0]) for f in os.listdir(folder) if f.split(".")[0].isdigit()]
+  return os.path.join(folder, f"{max(taken, default=0) + 1}.log")
+
+
+def state(plan, job):
+  """(state, detail) of a job: done, diverged, skipped, running, submitted, failed, interrupted,
+  pending, or missing (an input prepared elsewhere that is not there)."""
+  outputs = all(os.path.exists(p) for p in job.outputs)
+  if not job.command:
+    return ("done", "") if outputs else ("missing", "prepare it first: " + ", ".join(job.outputs))
+  stamp = read(plan.ctx.runs, job.name) or {}
+  kind = stamp.get("state")
+  if kind == "running" and _alive(stamp):
+    return "running", f"pid {stamp['pid']}, since {stamp['time']}"
+  if job.kind == "data" and outputs:  # its command checks its own inputs (data.py)
+    return "done", ""
+  if not stamp:
+    return "pending", ""
+  same = stamp.get("fingerprint") == plan.fingerprints[job.name]
+  if kind == "submitted" and same:
+    return "submitted", f"SLURM job {stamp['slurm_id']}, {stamp['time']}"
+  if not same:
+    return "pending", "changed since its last attempt" if kind in FINISHED else ""
+  if kind in FINISHED and (outputs or kind != "done"):
+    return kind, stamp.get("detail", "")
+  if kind in ("failed", "interrupted"):
+    return kind, f"exit status {stamp.get('rc')}, {stamp['time']}"
+  return "pending", "outputs missing" if kind == "done" else ""
+
+
+def _alive(stamp):
+  if stamp.get("host") != socket.gethostname():
+    return True  # another machine's: it says running until it says otherwise
+  try:
+    os.kill(stamp["pid"], 0)
+  except (OSError, KeyError, TypeError):
+    return False
+  return True
+
+
+def last_lines(path, n=5):
+  try:
+    with open(path, errors="replace") as f:
+      lines = [line.rstrip() for line in f.read().replace("\r", "\n").splitlines() if line.strip()]
+  except OSError:
+    return []
+  return lines[-n:]
+
+
+def table(plan):
+  """The status table's lines: one per job (state, kind, study, detail), failed jobs' log tails."""
+  rows, tails, counts = [], [], {}
+  for job in plan.jobs:
+    kind, detail = state(plan, job)
+    counts[kind] = counts.get(kind, 0) + 1
+    rows.append((job.name, kind, job.kind, job.study, detail))
+    if kind in ("failed", "interrupted"):
+      log = (read(plan.ctx.runs, job.name) or {}).get("log", "")
+      tails.append(f"{job.name}: {log}")
+      tails += [f"  | {line}" for line in last_lines(log)]
+  width = max(len(r[0]) for r in rows)
+  lines = [f"{'job':{width}}  {'state':11} {'kind':7} {'study':7} detail"]
+  lines += [f"{n:{width}}  {s:11} {k:7} {st:7} {d}".rstrip() for n, s, k, st, d in rows]
+  order = (*FINISHED, "running", "submitted", "failed", "interrupted", "pending", "missing")
+  lines.append(", ".join(f"{counts[k]} {k}" for k in order if k in counts)
+               + f"; runs in {plan.ctx.runs}")
+  return lines + tails

@@ -1,0 +1,94 @@
+"""Resuming a workdir: only the same run may continue in it.
+
+A workdir's config.json says what its checkpoints are. A resume whose
+resolved config differs in what the run is (model, attention and its
+options, data, task, optimizer, seeds, init_from) stops with an error
+naming the difference: a Performer-ReLU run resumed as Performer-softmax
+would otherwise train on and be mislabelled in every table. Settings that
+say how long and how often (MAY_CHANGE) may change; each change is recorded
+in <workdir>/resumes.jsonl with the step it took effect at.
+"""
+
+import json
+import os
+import time
+
+from performer.errors import UserError
+
+# Fields that may change on resume: how long, how often, where the devices are, what the plan
+# calls the run. The data's path may move if the dataset's manifest is the same (same bytes).
+MAY_CHANGE = {("train", "steps"), ("train", "log_every"), ("train", "eval_every"),
+              ("train", "checkpoint_every"), ("train", "eval_batches"), ("train", "settings")}
+MAY_CHANGE_GROUPS = ("mesh",)
+RESUMES = "resumes.jsonl"
+
+
+def differences(before, after):
+  """[(field, before, after)] of two config.json dicts, fields as 'group.name', sorted."""
+  out = []
+  for group in sorted(set(before) | set(after)):
+    old, new = before.get(group) or {}, after.get(group) or {}
+    if not isinstance(old, dict) or not isinstance(new, dict):
+      if old != new:
+        out.append((group, old, new))
+      continue
+    for name in sorted(set(old) | set(new)):
+      if _plain(old.get(name)) != _plain(new.get(name)):
+        out.append((f"{group}.{name}", old.get(name), new.get(name)))
+  return out
+
+
+def _plain(value):
+  return json.loads(json.dumps(value))  # tuples as lists, as config.json holds them
+
+
+def check(workdir, cfg, step, *, record=True):
+  """Refuses to resume `workdir` at `step` with a Config that is another run; records allowed changes.
+
+  Call before restoring a checkpoint (step > 0). Does nothing when the
+  workdir has no config.json (an older run's or an empty one). Every process
+  of a multi-process run checks; the one with `record` writes resumes.jsonl.
+
+  Raises:
+    UserError: naming the first difference in what the run is, its value in
+      the workdir and in this config, and how many more there are.
+  """
+  path = os.path.join(workdir, "config.json")
+  try:
+    with open(path) as f:
+      before = json.load(f)
+  except (OSError, ValueError):
+    return []
+  after = cfg.to_json()
+  changes = differences(before, after)
+  refused = [c for c in changes if not _may_change(c[0], before, after)]
+  if refused:
+    field, old, new = refused[0]
+    more = f" (and {len(refused) - 1} more: {', '.join(c[0] for c in refused[1:])})" \
+        if len(refused) > 1 else ""
+    raise UserError(f"--workdir {workdir} holds another run: {field} is {old!r} there and {new!r} "
+                    f"here{more}; resume it with its own config ({path}) or use another --workdir")
+  if changes and record:
+    with open(os.path.join(workdir, RESUMES), "a") as f:
+      f.write(json.dumps({"step": step, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                          "changed": {k: [old, new] for k, old, new in changes}},
+                         default=str) + "\n")
+  return changes
+
+
+def _may_change(field, before, after):
+  group, _, name = field.partition(".")
+  if (group, name) in MAY_CHANGE or group in MAY_CHANGE_GROUPS:
+    return True
+  if field == "data.path":
+    return _manifest(before["data"]["path"]) == _manifest(after["data"]["path"]) is not None
+  return False
+
+
+def _manifest(path):
+  """The dataset's recorded identity (manifest.json's fingerprint), or None."""
+  try:
+    with open(os.path.join(path, "manifest.json")) as f:
+      return json.dumps(json.load(f).get("fingerprint"), sort_keys=True)
+  except (OSError, ValueError, AttributeError):
+    return None

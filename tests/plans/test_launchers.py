@@ -1,0 +1,267 @@
+"""Launchers on small plans of stand-in jobs: local scheduling, signals, status, print, SLURM."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from performer import cli, plans
+from performer.plans import budgets, local, state
+from performer.plans.context import Context
+from performer.plans.job import Job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# A stand-in job: logs when it starts and ends, sleeps, writes its output; on SIGTERM it logs
+# the signal, "saves" and exits 130 as `performer train` does. Every TERM it gets is logged.
+STAND_IN = textwrap.dedent("""
+    import json, os, signal, sys, time
+    name, seconds, out, events = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+    def log(what):
+      with open(events, "a") as f:
+        f.write(json.dumps({"job": name, "what": what, "t": time.time(),
+                            "cores": sorted(os.sched_getaffinity(0))}) + "\\n")
+    def stop(signum, frame):
+      log("TERM")
+      signal.signal(signal.SIGTERM, lambda *_: log("TERM"))  # a second one would be counted
+      time.sleep(0.5)  # the checkpoint
+      log("saved")
+      sys.exit(130)
+    signal.signal(signal.SIGTERM, stop)
+    log("start")
+    if seconds < 0:
+      print("a helpful last line"); sys.exit(3)
+    time.sleep(seconds)
+    open(out, "w").write(name)
+    log("end")
+""")
+
+
+def _job(tmp_path, name, seconds, needs=()):
+  script = tmp_path / "stand_in.py"
+  script.write_text(STAND_IN)
+  out = str(tmp_path / f"{name}.out")
+  return Job(name=name, kind="probe", needs=tuple(needs), outputs=(out,),
+             command=(sys.executable, str(script), name, str(seconds), out,
+                      str(tmp_path / "events.jsonl")))
+
+
+def _plan(tmp_path, jobs):
+  ctx = Context(budget=budgets.BUDGETS["mini"], runs=str(tmp_path / "runs"), data="", text_data="",
+                results=str(tmp_path / "results"), fasta="")
+  return plans.resolve(ctx, jobs)
+
+
+def _events(tmp_path):
+  path = tmp_path / "events.jsonl"
+  return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _when(events, job, what):
+  return next(e["t"] for e in events if e["job"] == job and e["what"] == what)
+
+
+def test_a_job_starts_as_soon_as_its_needs_are_done_not_in_waves(tmp_path):
+  plan = _plan(tmp_path, [_job(tmp_path, "slow", 3), _job(tmp_path, "quick", 0.2),
+                          _job(tmp_path, "after_quick", 0.2, needs=("quick",))])
+  assert local.run(plan, jobs=2, say=lambda _: None) == 0
+  events = _events(tmp_path)
+  assert _when(events, "after_quick", "start") < _when(events, "slow", "end")
+  assert _when(events, "after_quick", "start") > _when(events, "quick", "end")
+  assert [state.state(plan, j)[0] for j in plan.jobs] == ["done"] * 3
+  for name in ("slow", "quick", "after_quick"):  # one log per attempt
+    assert (tmp_path / "runs" / "logs" / name / "1.log").read_text().startswith("$ ")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share out")
+def test_two_jobs_at_a_time_are_pinned_to_disjoint_cores(tmp_path):
+  plan = _plan(tmp_path, [_job(tmp_path, "a", 0.5), _job(tmp_path, "b", 0.5)])
+  assert local.run(plan, jobs=2, say=lambda _: None) == 0
+  cores = [e["cores"] for e in _events(tmp_path) if e["what"] == "start"]
+  assert len(cores) == 2 and not set(cores[0]) & set(cores[1])
+  assert local.core_shares(2, cores=range(4)) == [[0, 1], [2, 3]]
+  assert local.core_shares(3, cores=range(2)) == []  # fewer cores than jobs: no pinning
+
+
+def test_finished_jobs_are_skipped_and_a_changed_job_runs_again(tmp_path):
+  jobs = [_job(tmp_path, "a", 0), _job(tmp_path, "b", 0, needs=("a",))]
+  assert local.run(_plan(tmp_path, jobs), jobs=1, say=lambda _: None) == 0
+  assert local.run(_plan(tmp_path, jobs), jobs=1, say=lambda _: None) == 0
+  assert len([e for e in _events(tmp_path) if e["what"] == "start"]) == 2  # nothing rerun
+  changed = [jobs[0], _job(tmp_path, "b", 0.01, needs=("a",))]
+  plan = _plan(tmp_path, changed)
+  assert state.state(plan, plan["b"]) == ("pending", "changed since its last attempt")
+  os.remove(tmp_path / "a.out")  # a done job whose outputs went is to do again
+  assert state.state(plan, plan["a"]) == ("pending", "outputs missing")
+  assert local.run(plan, jobs=1, say=lambda _: None) == 0
+  assert len([e for e in _events(tmp_path) if e["what"] == "start"]) == 4
+  assert sorted(os.listdir(tmp_path / "runs" / "logs" / "b")) == ["1.log", "2.log"]
+
+
+def test_a_failed_job_blocks_what_needs_it_and_the_status_shows_its_log(tmp_path):
+  plan = _plan(tmp_path, [_job(tmp_path, "broken", -1), _job(tmp_path, "child", 0, ("broken",)),
+                          _job(tmp_path, "other", 0)])
+  said = []
+  assert local.run(plan, jobs=1, say=said.append) == 1
+  assert {e["job"] for e in _events(tmp_path)} == {"broken", "other"}
+  assert "failed: broken; not started, as they need them: child" in said[-1]
+  assert "run the same command" not in " ".join(said)  # a re-run does not fix a defect
+  table = "\n".join(state.table(plan))
+  assert "broken" in table and "failed" in table and "exit status 3" in table
+  assert "  | a helpful last line" in table
+  assert "1 done, 1 failed, 1 pending" in table
+
+
+LAUNCH = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    import test_launchers as t
+    from pathlib import Path
+    from performer.plans import local
+    tmp = Path({tmp!r})
+    plan = t._plan(tmp, [t._job(tmp, "first", 60), t._job(tmp, "second", 60),
+                         t._job(tmp, "third", 60, needs=("first",))])
+    sys.exit(local.run(plan, jobs=2, say=lambda s: print(s, flush=True)))
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_process_group_stops_every_job_once_and_waits(tmp_path, signum):
+  launcher = subprocess.Popen(
+      [sys.executable, "-c", LAUNCH.format(tests=os.path.dirname(__file__), tmp=str(tmp_path))],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  deadline = time.time() + 60
+  while len([e for e in _events(tmp_path) if e["what"] == "start"]) < 2:
+    assert launcher.poll() is None and time.time() < deadline, launcher.stdout.read()
+    time.sleep(0.1)
+  os.killpg(launcher.pid, signum)  # the whole group, as a scheduler or a terminal's Ctrl-C does
+  out, _ = launcher.communicate(timeout=30)
+  assert launcher.returncode == 130, out
+  events = _events(tmp_path)
+  for name in ("first", "second"):
+    assert [e["what"] for e in events if e["job"] == name] == ["start", "TERM", "saved"], events
+  assert "interrupted: first, second; run the same command to resume" in out
+  plan = _plan(tmp_path, [_job(tmp_path, n, 60) for n in ("first", "second")])
+  assert [state.state(plan, j)[0] for j in plan.jobs] == ["interrupted"] * 2
+  pids = [state.read(str(tmp_path / "runs"), n)["pid"] for n in ("first", "second")]
+  for pid in pids:  # nothing keeps running
+    with pytest.raises(ProcessLookupError):
+      os.kill(pid, 0)
+
+
+def test_print_lists_each_unfinished_job_after_what_it_needs(tmp_path, capsys):
+  status = cli.main(["reproduce", "--launcher", "print", "--only", "fig5_u_trig",
+                     "--runs", str(tmp_path)])
+  lines = capsys.readouterr().out.splitlines()
+  assert status == 0 and lines[0].startswith("# 5 jobs of the mini plan")
+  assert [line.split()[1] for line in lines[1:]] == [
+      os.path.join(ROOT, "scripts", "get_swissprot.sh"), "label-pfam", "prepare-trembl", "train",
+      "train"]
+  assert lines[4].endswith(f"--workdir {tmp_path}/u_exact")
+  assert f"TrainConfig.init_from='{tmp_path}/u_exact'" in shlex.split(lines[5])  # shell-quoted
+
+
+FAKE_SBATCH = textwrap.dedent("""\
+    #!/usr/bin/env python3
+    import json, os, sys
+    log = os.environ["FAKE_SBATCH_LOG"]
+    n = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+    with open(log, "a") as f:
+      f.write(json.dumps(sys.argv[1:]) + "\\n")
+    print(f"{1000 + n};cluster")
+""")
+
+
+@pytest.fixture(name="sbatch")
+def _sbatch(tmp_path, monkeypatch):
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+  (bin_dir / "sbatch").chmod(0o755)
+  monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+  monkeypatch.setenv("FAKE_SBATCH_LOG", str(tmp_path / "calls.jsonl"))
+  return tmp_path / "calls.jsonl"
+
+
+def _calls(log):
+  return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_slurm_submits_one_job_each_with_afterok_on_what_it_needs(tmp_path, sbatch):
+  runs = tmp_path / "runs"
+  args = ["reproduce", "--launcher", "slurm", "--only", "fig15", "--runs", str(runs),
+          "--steps", "40", "--sbatch", "train=--gres=gpu:4 --time=48:00:00"]
+  assert cli.main(args) == 0
+  calls = _calls(sbatch)
+  ids = {call[call.index("--job") + 1]: str(1000 + i) for i, call in enumerate(calls)}
+  ctx = plans.context("mini", runs=str(runs), steps=40)
+  plan = plans.resolve(ctx, plans.select(plans.build(ctx), ["fig15"]))
+  assert sorted(ids) == sorted(j.name for j in plan.jobs)  # nothing was done: every job
+  for call in calls:
+    job = plan[call[call.index("--job") + 1]]
+    after = [w for w in call if w.startswith("--dependency=")]
+    wanted = sorted(ids[n] for n in job.needs)
+    assert sorted(after[0].split(":")[1:]) == wanted if wanted else not after, call
+    assert call[call.index("--parsable")] and f"--job-name=performer-{job.name}" in call
+    template = call.index(os.path.join(ROOT, "scripts", "slurm", "job.sbatch"))
+    assert call[template + 1:template + 3] == ["--budget", "mini"]
+    assert ["--steps", "40"] == call[call.index("--steps"):call.index("--steps") + 2]
+    if job.kind == "train":
+      assert "--gres=gpu:4" in call and "--time=48:00:00" in call
+      assert not any(w.startswith("--gpus-per-node") for w in call)
+    elif job.kind == "figure":
+      assert "--cpus-per-task=2" in call
+  kind, detail = state.state(plan, plan["fig15_redraw"])
+  assert kind == "submitted" and detail.startswith(f"SLURM job {ids['fig15_redraw']}")
+  # submitted again: queued jobs are not submitted twice
+  assert cli.main(args) == 0
+  assert len(_calls(sbatch)) == len(calls)
+  # a job that failed is submitted again, waiting on its queued needs by their SLURM ids
+  state.write(str(runs), "fig15_redraw_f1", state="failed", rc=1,
+              fingerprint=plan.fingerprints["fig15_redraw_f1"])
+  assert cli.main(args) == 0
+  again = _calls(sbatch)[len(calls):]
+  assert len(again) == 1 and again[0][-1] == "fig15_redraw_f1"
+  assert f"--dependency=afterok:{ids['proteins']}" in again[0]
+
+
+def test_slurm_dry_run_prints_the_commands_and_submits_nothing(tmp_path, sbatch, capsys):
+  assert cli.main(["reproduce", "--launcher", "slurm", "--dry-run", "--only", "fig16_relu",
+                   "--runs", str(tmp_path / "runs")]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert not sbatch.exists()
+  assert [line.split()[0] for line in lines] == ["sbatch"] * 4
+  assert "'--dependency=afterok:<proteins>'" in lines[-1] and lines[-1].endswith("--job fig16_relu")
+
+
+def test_the_job_template_runs_the_plan_command(tmp_path):
+  text = open(os.path.join(ROOT, "scripts", "slurm", "job.sbatch")).read()
+  assert "#SBATCH --signal=B:TERM@300" in text and 'reproduce "$@"' in text
+
+
+def test_a_job_refuses_to_run_before_what_it_needs(tmp_path, capsys):
+  assert cli.main(["reproduce", "--job", "fig16_relu", "--runs", str(tmp_path / "runs")]) == 2
+  assert capsys.readouterr().err == ("performer reproduce: error: job fig16_relu needs jobs that "
+                                     "have not finished: proteins (pending)\n")
+
+
+def test_bad_flags_are_one_line_errors(tmp_path, capsys):
+  for args, message in [
+      (["--budget", "huge"], "--budget must be one of tiny, mini, paper"),
+      (["--only", "fig99"], "--only: no study or job 'fig99'"),
+      (["--only", ""], "--only needs a value"),
+      (["--jobs", "0"], "--jobs must be a positive integer"),
+      (["--gin_param", "ModelConfig.nonsense=1", "--only", "u_exact"], "job u_exact: gin: "),
+      (["--sbatch", "gpu=8", "--launcher", "slurm"], "--sbatch 'gpu=8': give KIND=ARGS"),
+      (["--runs", "/proc/x"], "cannot"),
+  ]:
+    status = cli.main(["reproduce", *args] + ([] if "--runs" in args else
+                                               ["--runs", str(tmp_path / "r")]))
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith(f"performer reproduce: error: {message}"), (args, err)

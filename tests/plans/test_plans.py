@@ -1,0 +1,150 @@
+"""Plans: sweeps and names, the budgets' runs against the old script's, selection, fingerprints."""
+
+import json
+import os
+
+import pytest
+
+from performer import configurables, plans
+from performer.errors import UserError
+from performer.plans import job as job_lib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_product_varies_the_last_axis_fastest():
+  assert job_lib.product(a=(1, 2), b=("x", "y")) == [
+      {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"}]
+
+
+def test_zipped_pairs_values_and_refuses_axes_of_different_lengths():
+  assert job_lib.zipped(a=(1, 2), b=("x", "y")) == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+  with pytest.raises(ValueError, match="differ in length"):
+    job_lib.zipped(a=(1, 2), b=("x",))
+
+
+def test_run_names_come_from_values_so_adding_one_renames_nothing():
+  template = "mqar_{attention}_m{num_features}_s{seed}"
+  small = [job_lib.run_name(template, s)
+           for s in job_lib.product(attention=("exact", "performer_softmax"), num_features=(16,),
+                                    seed=(0, 1))]
+  large = [job_lib.run_name(template, s)
+           for s in job_lib.product(attention=("exact", "performer_softmax"),
+                                    num_features=(16, 64), seed=(0, 1))]
+  assert set(small) < set(large) and len(set(large)) == 8
+  assert "mqar_performer_softmax_m64_s1" in large
+  assert job_lib.run_name("r_{on}_{lr}", {"on": False, "lr": 1e-3}) == "r_off_0p001"
+  with pytest.raises(ValueError, match="names 'missing'"):
+    job_lib.run_name("r_{missing}", {"on": True})
+
+
+def _relative(values):
+  for part, field in (("data", "path"), ("train", "init_from")):
+    if values[part][field]:
+      values[part][field] = os.path.relpath(values[part][field], ROOT)
+  return json.loads(json.dumps(values))  # tuples as lists, as recorded
+
+
+@pytest.mark.parametrize("budget", ["tiny", "mini", "paper"])
+def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypatch):
+  # script_configs.json: every train of scripts/reproduce.sh (commit 53abbfa) resolved by gin,
+  # with its default --runs runs/reproduce/BUDGET, before the plans replaced it.
+  recorded = json.load(open(os.path.join(HERE, "script_configs.json")))[budget]
+  monkeypatch.chdir(ROOT)
+  monkeypatch.setattr("performer.data.samples.fetch", lambda name: f"/sample/{name}")
+  ctx = plans.context(budget)
+  trains = {j.name: j for j in plans.build(ctx) if j.kind == "train"}
+  assert sorted(trains) == sorted(recorded)
+  for name, job in trains.items():
+    configurables.parse(list(job.gin), list(job.bindings))
+    values = configurables.settings()
+    assert values["train"].pop("settings") == job.settings and job.settings
+    assert _relative(values) == recorded[name], name
+
+
+@pytest.fixture(name="mini")
+def _mini(tmp_path):
+  return plans.context("mini", runs=str(tmp_path / "runs"), results=str(tmp_path / "results"))
+
+
+def test_every_job_comes_after_the_jobs_it_needs(mini):
+  order = [j.name for j in plans.ordered(plans.build(mini))]
+  for job in plans.build(mini):
+    assert all(order.index(n) < order.index(job.name) for n in job.needs), job.name
+
+
+def test_select_pulls_in_what_the_chosen_jobs_need(mini):
+  jobs = plans.build(mini)
+  chosen = {j.name for j in plans.select(jobs, ["fig5_u_trig"])}
+  assert chosen == {"fig5_u_trig", "u_exact", "proteins", "pfam_labels", "swissprot"}
+  fig15 = {j.name for j in plans.select(jobs, ["fig15"])}
+  assert {"u_performer_softmax", "u_performer_relu", "fig15_redraw"} < fig15
+  assert "u_exact" not in fig15 and "pg19" not in fig15
+
+
+def test_select_refuses_an_unknown_name_listing_studies_and_jobs(mini):
+  with pytest.raises(UserError, match="no study or job 'fig99'; studies: fig6, fig5, fig7, fig15"):
+    plans.select(plans.build(mini), ["fig6", "fig99"])
+
+
+def test_fingerprints_follow_the_resolved_config_not_the_spelling(mini):
+  jobs = plans.build(mini)
+  base = plans.resolve(mini, jobs).fingerprints
+  assert len(set(base.values())) == len(base)  # every job computes something else
+  again = plans.resolve(mini, plans.build(mini)).fingerprints
+  assert again == base
+  # a binding that sets a value to what it is already: the same run
+  same = plans.context("mini", runs=mini.runs, results=mini.results,
+                       bindings=("ModelConfig.dropout=0.1",))
+  assert plans.resolve(same, plans.build(same)).fingerprints["u_exact"] == base["u_exact"]
+  longer = plans.context("mini", runs=mini.runs, results=mini.results, steps=5000)
+  changed = plans.resolve(longer, plans.build(longer)).fingerprints
+  assert changed["u_exact"] != base["u_exact"]
+  assert changed["u_exact_eval"] != base["u_exact_eval"]  # the eval of a changed run is redone
+  assert changed["lemma2"] == base["lemma2"]  # reads no run
+
+
+def test_a_train_keeps_its_fingerprint_when_the_run_it_starts_from_changes(mini):
+  jobs = plans.build(mini)
+  base = plans.resolve(mini, jobs).fingerprints
+  edited = [j if j.name != "u_exact" else job_lib.train(
+      "u_exact", mini.runs, j.gin, (*j.bindings, "TrainConfig.steps=7")) for j in jobs]
+  prints = plans.resolve(mini, edited).fingerprints
+  assert prints["u_exact"] != base["u_exact"]
+  assert prints["fig5_u_trig"] == base["fig5_u_trig"]  # resumes its workdir: not redone
+  assert prints["error_propagation_u"] != base["error_propagation_u"]
+
+
+def test_a_bad_binding_names_the_job_before_any_work(mini):
+  bad = plans.context("mini", runs=mini.runs, bindings=("ModelConfig.dropout=2.0",))
+  with pytest.raises(UserError, match=r"job u_exact: invalid configuration: dropout must be in \[0, 1\), got 2.0"):
+    plans.resolve(bad, plans.select(plans.build(bad), ["u_exact"]))
+  unknown = plans.context("mini", runs=mini.runs, bindings=("ModelConfig.nonsense=1",))
+  with pytest.raises(UserError, match="job u_exact: gin: "):
+    plans.resolve(unknown, plans.select(plans.build(unknown), ["u_exact"]))
+
+
+def test_fig15_and_fig16_record_their_sweep_settings(mini):
+  jobs = {j.name: j for j in plans.build(mini)}
+  assert jobs["fig15_no_redraw_f2"].settings == {"feature_seed": 2, "schedule": "no_redraw"}
+  assert jobs["fig16_gelu"].settings == {"kernel": "gelu"}
+  assert "TrainConfig.settings={'kernel': 'gelu'}" in jobs["fig16_gelu"].bindings
+
+
+def test_a_given_dataset_replaces_the_data_jobs(tmp_path):
+  data = tmp_path / "proteins"
+  data.mkdir()
+  with pytest.raises(UserError, match="not a prepare-trembl dataset with an OOD split"):
+    plans.context("mini", runs=str(tmp_path), data=str(data))
+  (data / "stats.json").write_text(json.dumps({"single": {"ood": {"count": 12}}}))
+  ctx = plans.context("mini", runs=str(tmp_path), data=str(data))
+  names = {j.name for j in plans.build(ctx)}
+  assert "proteins" in names and not {"swissprot", "pfam_labels"} & names
+
+
+def test_unknown_budget_and_bad_steps_are_refused(tmp_path):
+  with pytest.raises(UserError, match="--budget must be one of tiny, mini, paper, got 'huge'"):
+    plans.context("huge")
+  with pytest.raises(UserError, match="--steps must be a positive integer, got 0"):
+    plans.context("mini", runs=str(tmp_path), steps=0)
