@@ -10,6 +10,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/performer ] || bash scripts/setup.sh
-.venv/bin/python -c "import pyhmmer" 2> /dev/null || .venv/bin/python -m pip install --quiet -e '.[labels]'
+.venv/bin/python -c "import pyhmmer" 2> /dev/null || .venv/bin/python -m pip install --quiet -c requirements.lock -e '.[labels]'
 export JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}"
 exec .venv/bin/performer reproduce "$@"

@@ -2,7 +2,9 @@
 
 from performer.attention import (exact, identity, linear, linformer, performer,  # registers all
                                  reformer)
-from performer.attention.registry import make, names, redraw, register
+from performer.attention.registry import (BackendInfo, RandomFeatures, info, make, names,
+                                          options, redraw, register)
 
-__all__ = ["make", "names", "redraw", "register", "exact", "identity", "linear", "linformer", "performer",
+__all__ = ["BackendInfo", "RandomFeatures", "info", "make", "names", "options", "redraw",
+           "register", "exact", "identity", "linear", "linformer", "performer",
            "reformer"]

@@ -6,7 +6,7 @@ from performer import favor
 from performer.attention.registry import register
 
 
-@register("exact")
+@register("exact", label="Transformer")
 class ExactAttention(nnx.Module):
   """softmax(q k^T / sqrt(d)) v, O(L^2) time and memory."""
 

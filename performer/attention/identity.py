@@ -5,7 +5,7 @@ from flax import nnx
 from performer.attention.registry import register
 
 
-@register("identity")
+@register("identity", label="Identity")
 class IdentityAttention(nnx.Module):
   """out = v: no mixing across positions (trivially causal)."""
 

@@ -6,7 +6,7 @@ from performer import favor
 from performer.attention.registry import register
 
 
-@register("linear")
+@register("linear", label="Linear")
 class LinearAttention(nnx.Module):
   """phi(x) = elu(x) + 1 on unscaled q and k; bidirectional or causal (chunked)."""
 

@@ -41,13 +41,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from performer import favor
-from performer.attention.performer import RandomFeatures
-from performer.attention.registry import register
+from performer.attention.registry import RandomFeatures, register
 
 PROJECTIONS = ("random", "learned")
 
 
-@register("linformer")
+@register("linformer", label="Linformer", causal=False)
 class LinformerAttention(nnx.Module):
   """softmax(q (E k)^T / sqrt(d)) (F v) with E, F [num_projections, max_len]: random or learned."""
 

@@ -1,6 +1,6 @@
 """Performer attention (FAVOR+), Sec. 3 and App. A.3/A.4, with redrawn random features.
 
-The projection W is state, not a trained parameter: a `RandomFeatures`
+The projection W is state, not a trained parameter: a `registry.RandomFeatures`
 variable (so optimizers over `nnx.Param` skip it and checkpoints keep it),
 drawn from (seed, layer, step // redraw_every) and never from data, so every
 device, every retrace and a resumed run see the same matrix.
@@ -11,23 +11,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from performer import favor
-from performer.attention.registry import register
-
-
-class RandomFeatures(nnx.Variable):
-  """The [m, d] random projection W of one Performer layer."""
+from performer.attention.registry import RandomFeatures, register
 
 
 class PerformerAttention(nnx.Module):
   """FAVOR attention with kernel `kernel` and m = num_features random features."""
 
-  default_kernel, default_epsilon = "positive", 0.0
+  default_kernel, default_kernel_epsilon = "positive", 0.0  # for options given as None
 
   def __init__(self, *, head_dim, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1000, seed=0,
                kernel_epsilon=None, chunk_size=None):
     kernel = kernel or self.default_kernel
-    kernel_epsilon = self.default_epsilon if kernel_epsilon is None else kernel_epsilon
+    kernel_epsilon = self.default_kernel_epsilon if kernel_epsilon is None else kernel_epsilon
     if kernel not in favor.KERNELS:
       raise ValueError(f"unknown kernel {kernel!r}; choose from {favor.KERNELS}")
     self.kernel, self.kernel_epsilon, self.chunk_size = kernel, kernel_epsilon, chunk_size
@@ -62,7 +58,7 @@ class PerformerAttention(nnx.Module):
                                     kernel_epsilon=self.kernel_epsilon)
 
 
-@register("performer_softmax")
+@register("performer_softmax", label="Performer-softmax")
 class PerformerSoftmax(PerformerAttention):
   """FAVOR+: positive orthogonal random features for softmax (A.3: m=256, redraw on).
 
@@ -71,9 +67,9 @@ class PerformerSoftmax(PerformerAttention):
   """
 
 
-@register("performer_relu")
+@register("performer_relu", label="Performer-ReLU")
 class PerformerReLU(PerformerAttention):
   """Generalized kernel attention with ReLU features (A.4: m=256, kernel epsilon 1e-3)."""
 
-  default_kernel, default_epsilon = "relu", 1e-3
+  default_kernel, default_kernel_epsilon = "relu", 1e-3
 

@@ -22,13 +22,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from performer.attention.performer import RandomFeatures
-from performer.attention.registry import register
+from performer.attention.registry import RandomFeatures, register
 
 _SELF = -1e5  # logit of a token for itself: used only when nothing else is visible
 
 
-@register("reformer")
+@register("reformer", label="Reformer")
 class ReformerAttention(nnx.Module):
   """LSH attention with n_hashes rounds of n_buckets buckets, chunks of chunk_size."""
 

@@ -2,28 +2,86 @@
 
 q, k, v are [batch, length, heads, head_dim]; mask is a [batch, length] bool
 key padding mask (True = real token). A backend module registers its class
-with `@register("name")`; the package __init__ imports them all, so lookups
-never depend on what the caller imported. A backend with random state
-(Performer features, Reformer hash rotations) has `redraw(step)`, which the
-training step calls through `redraw(model, step)`.
+with `@register("name", label=...)`; the package __init__ imports them all, so
+lookups never depend on what the caller imported. `info(name)` is the one
+place for what the rest of the suite needs to know of a backend: its label,
+whether it can be causal and decode, whether it has random state, and its
+default options. A backend with random state (Performer features, Reformer
+hash rotations, Linformer's redrawn projections) keeps it in `RandomFeatures`
+variables and has `redraw(step)`, which the training step calls through
+`redraw(model, step)`.
 """
 
+import dataclasses
 import inspect
 
 from flax import nnx
 
 _BACKENDS = {}
+_INFO = {}
 COMMON = ("num_heads", "head_dim", "max_len", "rngs", "layer")  # given to those that take them
 
 
-def register(name):
-  """Class decorator: makes the backend available as `name`."""
+class RandomFeatures(nnx.Variable):
+  """A backend's random state (a Performer's W, Reformer's rotations): not trained, checkpointed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendInfo:
+  """What the suite knows of a registered backend.
+
+  Attributes:
+    name: the registry name (ModelConfig.attention).
+    label: the model's name in the paper's tables and legends (Fig. 6).
+    causal: whether it can be (U): attend with causal=True.
+    decoding: whether it has an incremental decoder (decode_init/decode_step).
+    random_state: whether it has random state redrawn during training.
+    defaults: its options and their values when attention_options omits them
+      (a Performer's kernel resolved: 'positive' for performer_softmax).
+  """
+  name: str
+  label: str
+  causal: bool
+  decoding: bool
+  random_state: bool
+  defaults: dict
+
+
+def register(name, *, label, causal=True):
+  """Class decorator: makes the backend available as `name`, shown as `label`.
+
+  A class attribute `default_<option>` resolves an option whose signature
+  default is None (PerformerAttention's kernel).
+  """
   def wrap(cls):
     if name in _BACKENDS:
       raise ValueError(f"attention backend {name!r} is registered twice")
     _BACKENDS[name] = cls
+    params = inspect.signature(cls.__init__).parameters.values()
+    defaults = {p.name: getattr(cls, f"default_{p.name}", p.default) for p in params
+                if p.name not in ("self", *COMMON) and p.default is not inspect.Parameter.empty}
+    _INFO[name] = BackendInfo(name=name, label=label, causal=causal,
+                              decoding=callable(getattr(cls, "decode_step", None)),
+                              random_state=callable(getattr(cls, "redraw", None)),
+                              defaults=defaults)
     return cls
   return wrap
+
+
+def info(name):
+  """The BackendInfo of backend `name`.
+
+  Raises:
+    ValueError: an unknown name (listing the known ones).
+  """
+  if name not in _INFO:
+    raise ValueError(f"unknown attention {name!r}; choose from {', '.join(names())}")
+  return _INFO[name]
+
+
+def options(name, attention_options):
+  """A backend's options as a run uses them: its defaults overlaid with `attention_options`."""
+  return {**info(name).defaults, **(attention_options or {})}
 
 
 def names():

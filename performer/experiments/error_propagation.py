@@ -43,7 +43,7 @@ from flax import nnx
 
 from performer import favor
 from performer.atomic import check_writable
-from performer.attention.performer import RandomFeatures
+from performer.attention.registry import RandomFeatures
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.experiments import trained as trained_runs

@@ -22,6 +22,7 @@ import time
 
 import tqdm
 
+from performer import attention as backends
 from performer.atomic import check_writable
 from performer.errors import UserError
 from performer.experiments.results import write_result
@@ -117,6 +118,8 @@ def plan(cfg):
       for direction in cfg.directions:
         if attention == SCAN and direction != "causal":
           continue  # the scan reference is causal only
+        if attention != SCAN and direction == "causal" and not backends.info(attention).causal:
+          continue  # a bidirectional-only backend (Linformer)
         for mode in cfg.modes:
           chunks = cfg.chunk_sizes if attention.startswith("performer") else (None,)
           for chunk in chunks:

@@ -6,7 +6,8 @@ No Flax, no state. Public entry points: `projection`, `feature_map`,
 closed-form estimator errors of Lemma 2 in `theory`.
 """
 
-from performer.favor.attention import (BIDIRECTIONAL_BLOCK, DEFAULT_CHUNK_SIZE, MAX_NORM,
+from performer.favor.attention import (BIDIRECTIONAL_BLOCK, DEFAULT_CHUNK_SIZE, EXPONENTIAL_KERNELS,
+                                       MAX_NORM,
                                        causal_decode_init, causal_decode_step,
                                        causal_linear_attention_scan, favor_attention,
                                        softmax_attention)
@@ -15,7 +16,7 @@ from performer.favor.features import (GENERALIZED_KERNELS, KERNELS, SOFTMAX_KERN
 from performer.favor.projections import KINDS, SCALINGS, projection
 
 __all__ = [
-    "BIDIRECTIONAL_BLOCK", "DEFAULT_CHUNK_SIZE", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
+    "BIDIRECTIONAL_BLOCK", "DEFAULT_CHUNK_SIZE", "EXPONENTIAL_KERNELS", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
     "MAX_NORM", "SCALINGS", "SOFTMAX_KERNELS", "Features", "causal_decode_init",
     "causal_decode_step", "causal_linear_attention_scan", "favor_attention", "feature_map",
     "feature_parts", "projection", "softmax_attention",

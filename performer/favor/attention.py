@@ -135,7 +135,7 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   scale = q.shape[-1] ** -0.25 if scale is None else scale
   if mask is None:
     mask = jnp.ones(k.shape[:2], bool)
-  if kernel in _EXPONENTIAL and not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask)):
+  if kernel in EXPONENTIAL_KERNELS and not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask)):
     _check_norms(q, k, mask, scale)
   if causal:
     block = min(chunk_size or DEFAULT_CHUNK_SIZE, q.shape[1])
@@ -457,7 +457,7 @@ def _heads_first(x):
   return jnp.swapaxes(x, 1, 2)
 
 
-_EXPONENTIAL = ("positive", "hyperbolic", "trig", "exp")  # kernels with logs, and a limit
+EXPONENTIAL_KERNELS = ("positive", "hyperbolic", "trig", "exp")  # kernels with logs, and a limit
 
 
 def _featurize(x, *, W, kernel, scale, kernel_epsilon):

@@ -16,13 +16,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
 
+from performer import attention  # pylint: disable=wrong-import-position
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
 from performer.figures.curves import SCORED, STYLES, curve  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
-# The kernel a Performer backend uses when its options name none (attention/performer.py).
-DEFAULT_KERNELS = {"performer_softmax": "positive", "performer_relu": "relu"}
 # Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
 KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",
                  "abs": "abs (absolute)", "gelu": "gelu", "trig": "trig (cosine)",
@@ -32,20 +31,22 @@ COLOURS = dict(zip(KERNEL_LABELS, [f"C{i}" for i in range(10)] + ["k"]))
 
 
 def options(run):
-  """The run's model.attention_options (a dict, {} when absent)."""
-  return (run.config.get("model") or {}).get("attention_options") or {}
+  """The run's attention options as it used them: the backend's defaults (attention.info)
+  overlaid with its model.attention_options."""
+  return attention.options(run.attention, (run.config.get("model") or {}).get("attention_options"))
 
 
 def kernel_of(run):
   """The feature kernel of a Performer run: its options' kernel, else the backend's default.
 
   Raises:
-    UserError: the run is not a Performer (performer_softmax / performer_relu).
+    UserError: the run's backend has no feature kernel (not a Performer).
   """
-  if run.attention not in DEFAULT_KERNELS:
+  if "kernel" not in options(run):
+    with_kernel = [n for n in attention.names() if "kernel" in attention.info(n).defaults]
     raise UserError(f"{run.path}: attention {run.attention!r} has no feature kernel; give "
-                    f"{' or '.join(DEFAULT_KERNELS)} runs")
-  return options(run).get("kernel", DEFAULT_KERNELS[run.attention])
+                    f"{' or '.join(with_kernel)} runs")
+  return options(run)["kernel"]
 
 
 def one_direction(loaded):

@@ -21,7 +21,6 @@ from performer.figures import curves, runs  # pylint: disable=wrong-import-posit
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 from performer.figures.kernels import kernel_of, mark_divergence, one_direction, options  # pylint: disable=wrong-import-position
 
-DEFAULT_REDRAW = 1000  # PerformerAttention's redraw_every when the options give none
 NO_REDRAW_COLOURS = ("C3", "C1", "C6", "C5", "C8")
 REDRAW_COLOURS = ("C0", "C2", "C9", "C4", "C7")
 LEFT = "positive softmax features: never redrawn vs redrawn, by feature seed"
@@ -30,12 +29,12 @@ RIGHT = "positive softmax (redrawn) vs generalized ReLU"
 
 def redraw_every(run):
   """A run's redraw period in steps (0: never redrawn)."""
-  return options(run).get("redraw_every", DEFAULT_REDRAW)
+  return options(run)["redraw_every"]
 
 
 def feature_seed(run):
   """The seed of a run's random features W (attention_options seed; not TrainConfig.seed)."""
-  return options(run).get("seed", 0)
+  return options(run)["seed"]
 
 
 def _sort(loaded):

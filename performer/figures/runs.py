@@ -12,20 +12,13 @@ import json
 import math
 import os
 
+from performer import attention
 from performer.errors import UserError
 from performer.figures import paper
 
-# Attention registry name -> the model's name in the paper's Fig. 6 / Table 2.
-LABELS = {
-    "exact": "Transformer",
-    "performer_softmax": "Performer-softmax",
-    "performer_relu": "Performer-ReLU",
-    "reformer": "Reformer",
-    "linformer": "Linformer",
-    "linear": "Linear",
-    "identity": "Identity",
-}
-ORDER = tuple(LABELS.values())  # row and legend order
+# Row and legend order: the paper's models (Fig. 6 / Table 2), then ours; labels from the registry.
+ORDER = tuple(attention.info(name).label for name in (
+    "exact", "performer_softmax", "performer_relu", "reformer", "linformer", "linear", "identity"))
 DIRECTIONS = {"U": "(U) unidirectional", "B": "(B) bidirectional"}
 EVAL_SPLITS = ("test", "ood")
 SCORED = ("(B) runs are scored on the masked positions and (U) runs on all positions, as "
@@ -40,7 +33,7 @@ class Run:
     path: the folder as given.
     direction: "U" (model.causal) or "B".
     attention: the config's model.attention registry name.
-    label: the model's name (LABELS; the attention name itself if unknown).
+    label: the model's name (the attention registry's label; the name itself if unknown).
     extra: True for a (direction, model) the paper did not train (Fig. 6).
     seed: train.seed.
     metrics: metrics.jsonl rows, the last one per (split, step), by step.
@@ -154,7 +147,8 @@ def load_run(path):
     raise UserError(f"{files['config.json']}: lacks model.attention or model.causal")
   seed = (config.get("train") or {}).get("seed", 0)
   direction = "U" if model["causal"] else "B"
-  label = LABELS.get(model["attention"], model["attention"])
+  label = (attention.info(model["attention"]).label if model["attention"] in attention.names()
+           else model["attention"])
   evals = {split: _eval(os.path.join(path, f"eval_{split}.json")) for split in EVAL_SPLITS
            if os.path.isfile(os.path.join(path, f"eval_{split}.json"))}
   return Run(path=path, direction=direction, attention=model["attention"], label=label,

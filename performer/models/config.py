@@ -45,8 +45,8 @@ class ModelConfig:
                        f"{', '.join(attention.names())}")
     if self.dtype not in DTYPES:
       raise ValueError(f"ModelConfig.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-    if self.attention == "linformer" and self.causal:
-      raise ValueError("linformer attention is bidirectional only: use causal=False")
+    if self.causal and not attention.info(self.attention).causal:
+      raise ValueError(f"{self.attention} attention is bidirectional only: use causal=False")
 
   @property
   def head_dim(self):

@@ -115,13 +115,14 @@ class TransformerLM(nnx.Module):
 
     Raises:
       ValueError: a bidirectional model, or an attention without a decoder
-        (performer_softmax, performer_relu and linear have one).
+        (attention.info(name).decoding).
     """
     if not self.cfg.causal:
       raise ValueError("incremental decoding needs a causal (U) model")
-    if not hasattr(self.blocks[0].attn, "decode_init"):
+    if not attention.info(self.cfg.attention).decoding:
+      decoders = [n for n in attention.names() if attention.info(n).decoding]
       raise ValueError(f"attention {self.cfg.attention!r} has no incremental decoder; "
-                       "performer_softmax, performer_relu and linear do")
+                       f"{', '.join(decoders)} do")
     return [b.attn.decode_init(batch, self.cfg.num_heads, self.cfg.head_dim) for b in self.blocks]
 
   def decode_step(self, tokens, position, caches):

@@ -7,6 +7,7 @@ measures the run-to-run spread. Then Table 1, Table 2, the claims and the
 Fig. 6 curves.
 """
 
+from performer import attention
 from performer.plans import job as job_lib
 from performer.plans.context import options
 
@@ -17,14 +18,14 @@ MODELS = {"u": ("exact", "performer_relu", "performer_softmax", "reformer"),
 SECOND_SEEDS = job_lib.product(direction=("u",), attention=("exact", "performer_relu"), seed=(1,))
 
 
-def attention_options(ctx, attention):
-  """The budget's options of one backend (m, k, the Reformer's buckets)."""
-  budget = ctx.budget
-  if attention.startswith("performer_"):
+def attention_options(ctx, name):
+  """The budget's options of one backend: its m, Linformer's k, the Reformer's buckets."""
+  budget, defaults = ctx.budget, attention.info(name).defaults
+  if "num_features" in defaults:
     return (options(num_features=budget.num_features),)
-  if attention == "linformer":
+  if "num_projections" in defaults:
     return (options(num_projections=budget.num_projections),)
-  if attention == "reformer" and budget.reformer_options:
+  if "n_buckets" in defaults and budget.reformer_options:
     return (options(**budget.reformer_options),)
   return ()
 

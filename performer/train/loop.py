@@ -30,7 +30,7 @@ import tqdm
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from performer import configurables, favor, memory
+from performer import attention, configurables, favor, memory
 from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
@@ -329,9 +329,8 @@ def _clear_divergence(workdir):
 
 def _favor_hint(model_cfg):
   """Why FAVOR+ gives NaN, for the divergence message of a model with exponential features."""
-  defaults = {"performer_softmax": "positive", "performer_relu": "relu"}
-  kernel = model_cfg.attention_options.get("kernel", defaults.get(model_cfg.attention))
-  if kernel not in (*favor.SOFTMAX_KERNELS, "exp"):
+  kernel = attention.options(model_cfg.attention, model_cfg.attention_options).get("kernel")
+  if kernel not in favor.EXPONENTIAL_KERNELS:
     return ""
   return (f" (FAVOR+ attention gives NaN once a scaled query or key norm |q| d^(-1/4) passes "
           f"favor.MAX_NORM = {favor.MAX_NORM:g}: check the learning rate)")

@@ -8,7 +8,7 @@ from flax import nnx
 
 from performer import attention, favor
 from performer.attention import redraw
-from performer.attention.performer import RandomFeatures
+from performer.attention.registry import RandomFeatures
 
 B, L, H, D = 2, 29, 3, 8
 OPTIONS = {"performer_softmax": {"num_features": 64, "chunk_size": 8},
@@ -121,3 +121,29 @@ def test_unknown_names_and_options():
     _make("performer_softmax", num_feature=3)
   with pytest.raises(ValueError, match="its options: none"):
     _make("exact", chunk_size=3)
+
+
+def test_the_registry_says_what_each_backend_can_do_and_its_resolved_defaults():
+  facts = {n: attention.info(n) for n in attention.names()}
+  assert {n: i.label for n, i in facts.items()} == {
+      "exact": "Transformer", "identity": "Identity", "linear": "Linear", "linformer": "Linformer",
+      "performer_relu": "Performer-ReLU", "performer_softmax": "Performer-softmax",
+      "reformer": "Reformer"}
+  assert [n for n, i in facts.items() if not i.causal] == ["linformer"]
+  assert [n for n, i in facts.items() if i.decoding] == ["linear", "performer_relu",
+                                                          "performer_softmax"]
+  assert [n for n, i in facts.items() if i.random_state] == ["linformer", "performer_relu",
+                                                              "performer_softmax", "reformer"]
+  softmax, relu = facts["performer_softmax"].defaults, facts["performer_relu"].defaults
+  assert (softmax["kernel"], softmax["kernel_epsilon"], relu["kernel"], relu["kernel_epsilon"]) == \
+      ("positive", 0.0, "relu", 1e-3)  # A.3, A.4
+  assert softmax["num_features"] == relu["num_features"] == 256
+  assert softmax["redraw_every"] == 1000 and softmax["projection"] == "orthogonal"
+  # what a built layer holds is what the registry says
+  layer = attention.make("performer_relu", num_heads=2, head_dim=8, max_len=16,
+                         rngs=nnx.Rngs(0), num_features=4)
+  assert (layer.kernel, layer.kernel_epsilon, layer.redraw_every) == (
+      relu["kernel"], relu["kernel_epsilon"], relu["redraw_every"])
+  assert attention.options("performer_softmax", {"kernel": "trig"})["kernel"] == "trig"
+  with pytest.raises(ValueError, match="unknown attention 'nope'; choose from exact"):
+    attention.info("nope")

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from performer import attention, configurables, favor
-from performer.attention.performer import RandomFeatures
+from performer.attention.registry import RandomFeatures
 from performer.data import samples, trembl
 from performer.train import loop
 

@@ -9,7 +9,7 @@ from matplotlib.colors import same_color
 from performer import cli, figures
 from performer.attention import performer as backends
 from performer.errors import UserError
-from performer.figures import kernels, redraw
+from performer.figures import kernels, redraw, runs
 
 # (step, split, accuracy, perplexity, loss)
 GOOD = [(50, "train", 0.08, 18.0, 2.9), (100, "train", 0.12, 16.0, 2.8),
@@ -173,8 +173,11 @@ def test_redraw_draws_the_panels_it_can_and_refuses_runs_that_make_none(tmp_path
   assert not os.path.exists(tmp_path / "f.png")
 
 
-def test_the_figures_defaults_are_the_backends():
+def test_the_figures_defaults_are_the_backends(make_run):
   defaults = inspect.signature(backends.PerformerAttention.__init__).parameters
-  assert redraw.DEFAULT_REDRAW == defaults["redraw_every"].default
-  assert kernels.DEFAULT_KERNELS == {"performer_softmax": backends.PerformerSoftmax.default_kernel,
-                                     "performer_relu": backends.PerformerReLU.default_kernel}
+  bare = runs.load_run(_softmax(make_run, "bare", metrics=GOOD))  # no attention options
+  assert redraw.redraw_every(bare) == defaults["redraw_every"].default == 1000
+  assert redraw.feature_seed(bare) == 0
+  assert kernels.kernel_of(bare) == backends.PerformerSoftmax.default_kernel == "positive"
+  relu = runs.load_run(make_run("relu", "performer_relu", causal=True, metrics=GOOD))
+  assert kernels.kernel_of(relu) == "relu"
