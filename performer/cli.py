@@ -113,10 +113,12 @@ def _speed(args):
 
 
 def _throughput(args):
+  from performer import configurables  # pylint: disable=import-outside-toplevel
   from performer.experiments import throughput  # pylint: disable=import-outside-toplevel
-  cfg = throughput.ThroughputConfig(gin=tuple(args.gin), bindings=tuple(args.gin_param),
-                                    devices=args.devices, steps=args.steps,
-                                    log_every=args.log_every, platform=args.platform)
+  configurables.parse(args.gin, args.gin_param)
+  cfg = throughput.ThroughputConfig(run=configurables.resolve().to_json(), devices=args.devices,
+                                    steps=args.steps, log_every=args.log_every,
+                                    platform=args.platform)
   rows, seconds = throughput.main(cfg, args.out)
   print("\n".join(throughput.format_rows(rows)))
   print(f"wrote {args.out} in {seconds:.0f} s")
@@ -207,7 +209,7 @@ def _train(args):
                          args.init_timeout)
   cfg = configurables.resolve()
   distributed.say(f"process {_processes()}; workdir {args.workdir}")
-  valid = loop.run(cfg, args.workdir)
+  valid = loop.run(cfg, args.workdir, records={"config.gin": configurables.operative_config()})
   if valid:
     distributed.say("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
 

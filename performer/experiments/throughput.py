@@ -1,7 +1,7 @@
 """performer throughput: training throughput over device counts, and the loop's overhead.
 
 For each device count n, a fresh worker process (JAX fixes its devices at
-start) trains the gin-configured model data-parallel on n devices twice
+start) trains the model of a resolved Config data-parallel on n devices twice
 over the same global batches:
   * the compiled train step alone, on batches built and placed beforehand,
     timed over steps [log_every, steps) once steps [0, log_every) ran;
@@ -30,21 +30,18 @@ from performer.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class ThroughputConfig:
-  """What to train and on how many devices.
+  """What to train (a resolved train.config.Config, as to_json gives it) and on how many devices.
 
   Raises:
-    UserError: no gin file, device counts below 1, or too few steps to time.
+    UserError: device counts below 1, or too few steps to time.
   """
-  gin: tuple[str, ...]
-  bindings: tuple[str, ...] = ()
+  run: dict
   devices: tuple[int, ...] = (1, 2, 4, 8)
   steps: int = 60
   log_every: int = 10
   platform: str = "cpu"  # cpu: simulated devices; gpu: the first n GPUs
 
   def __post_init__(self):
-    if not self.gin:
-      raise UserError("give at least one --gin file")
     if not self.devices or min(self.devices) < 1:
       raise UserError(f"--devices must be counts >= 1, got {self.devices}")
     if self.log_every < 1 or self.steps < 2 * self.log_every:
@@ -107,28 +104,28 @@ def _spawn(cfg, devices):
 def _worker(spec):
   """One device count: times the step alone and the loop; returns the row."""
   import jax  # pylint: disable=import-outside-toplevel
-  from performer import configurables  # pylint: disable=import-outside-toplevel
   from performer.data import pipeline  # pylint: disable=import-outside-toplevel
   from performer.experiments.results import environment  # pylint: disable=import-outside-toplevel
   from performer.train import loop, sharding  # pylint: disable=import-outside-toplevel
+  from performer.train import state as state_lib  # pylint: disable=import-outside-toplevel
+  from performer.train.config import Config  # pylint: disable=import-outside-toplevel
 
   steps, every = spec["steps"], spec["log_every"]
-  configurables.parse(list(spec["gin"]), [
-      *spec["bindings"], f"TrainConfig.steps = {steps}", f"TrainConfig.log_every = {every}",
-      f"TrainConfig.eval_every = {steps}", f"TrainConfig.checkpoint_every = {steps}",
-      "TrainConfig.eval_batches = 1", "TrainConfig.init_from = ''",
-      f"MeshConfig.data = {spec['devices']}", "MeshConfig.model = 1"])
-  cfg = configurables.resolve()
+  cfg = Config.from_json(spec["run"])
+  cfg = dataclasses.replace(
+      cfg, train=dataclasses.replace(cfg.train, steps=steps, log_every=every, eval_every=steps,
+                                     checkpoint_every=steps, eval_batches=1, init_from=""),
+      mesh=dataclasses.replace(cfg.mesh, data=spec["devices"], model=1))
   if jax.device_count() != spec["devices"]:
     raise UserError(f"asked for {spec['devices']} devices, JAX has {jax.device_count()}")
 
   # The step alone, on the batches the loop will use, built and placed beforehand.
   mesh = sharding.make_mesh(cfg.mesh)
-  model, optimizer = loop.build(cfg)
-  graphdef, state, shardings = loop.placed(model, optimizer, mesh, cfg.mesh.rules)
+  model, optimizer = state_lib.build(cfg)
+  graphdef, state, shardings = state_lib.placed(model, optimizer, mesh, cfg.mesh.rules)
   data = pipeline.Batches(cfg.data, "train", causal=cfg.model.causal)
   batches = [sharding.global_batch(data.train_batch(i), mesh) for i in range(steps)]
-  step = loop.jit_train_step(cfg, mesh, graphdef, shardings).lower(state, batches[0], 0).compile()
+  step = state_lib.jit_train_step(cfg, mesh, graphdef, shardings).lower(state, batches[0], 0).compile()
   for i in range(every):
     state, _, _ = step(state, batches[i], i)
   jax.block_until_ready(state)

@@ -6,37 +6,30 @@ attention maps (App. C.4) read a trained Performer's own random features.
 
 import os
 
-from performer import configurables
 from performer.errors import UserError
-from performer.train import loop
+from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
+from performer.train.config import Config
 
 
-def load(workdir, bindings=()):
+def load(workdir):
   """The latest checkpoint of `workdir` as (Config, model, step), in eval mode.
 
+  The whole model state is restored: a Performer keeps its last training
+  draw of W.
+
   Args:
-    workdir: a `performer train` workdir (config.gin, checkpoints/).
-    bindings: gin bindings applied over its config.gin, e.g.
-      ("ModelConfig.attention = 'performer_softmax'",). With none, the whole
-      model state is restored (a Performer keeps its last training draw of W);
-      with some, only the trained parameters are copied, so the attention may
-      differ (it keeps the draw of its own construction, step 0).
+    workdir: a `performer train` workdir (config.json, checkpoints/).
 
   Returns:
-    the run's train.config.Config (with the bindings), its `TransformerLM`
-    with dropout off (on the default device), and the checkpoint's step.
+    the run's train.config.Config (Config.load), its `TransformerLM` with
+    dropout off (on the default device), and the checkpoint's step.
 
   Raises:
-    UserError: not a trained workdir, a bad binding, or parameters that do
-      not fit the (rebound) model.
+    UserError: not a trained workdir, or parameters that do not fit its model.
   """
-  config = os.path.join(workdir, "config.gin")
-  if not os.path.isfile(config):
-    raise UserError(f"{workdir}: no config.gin; is it a `performer train` workdir?")
-  configurables.parse([config], list(bindings))
-  cfg = configurables.resolve()
-  model, optimizer = loop.build(cfg)
+  cfg = Config.load(workdir)
+  model, optimizer = state_lib.build(cfg)
   folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
   if not os.path.isdir(folder):
     raise UserError(f"{workdir}: no checkpoints/ folder; train it first")
@@ -44,9 +37,6 @@ def load(workdir, bindings=()):
     step = ckpt.latest_step()
     if step is None:
       raise UserError(f"{workdir}: no checkpoint yet")
-    if bindings:
-      ckpt.load_params(model)
-    else:
-      ckpt.restore(step, model, optimizer)
+    ckpt.restore(step, model, optimizer)
   model.eval()
   return cfg, model, step

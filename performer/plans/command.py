@@ -1,5 +1,6 @@
 """`performer reproduce`: build the plan of a budget, check it, and hand it to a launcher."""
 
+import importlib.util
 import shlex
 import time
 
@@ -88,8 +89,6 @@ def _check_before_work(plan, *, dry_run):
   for folder in (plan.ctx.runs, plan.ctx.results):
     writable_folder(folder)  # UserError naming the folder
   if "pfam_labels" in states and states["pfam_labels"][0] not in state.FINISHED:
-    try:
-      import pyhmmer  # pylint: disable=import-outside-toplevel,unused-import
-    except ImportError:
+    if importlib.util.find_spec("pyhmmer") is None:
       raise UserError("the Pfam labels of the OOD split need pyhmmer: pip install "
-                      "'performer[labels]' (scripts/reproduce.sh installs it)") from None
+                      "'performer[labels]' (scripts/reproduce.sh installs it)")

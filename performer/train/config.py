@@ -5,10 +5,13 @@ eval and the probes take, resolved from gin by configurables.resolve().
 """
 
 import dataclasses
+import json
 import math
+import os
 
 from performer.data.pipeline import DataConfig
 from performer.data.vocab import Ids
+from performer.errors import UserError
 from performer.models.config import ModelConfig
 from performer.train.sharding import MeshConfig
 
@@ -91,6 +94,36 @@ class Config:
     """A dict of plain values, one entry per config."""
     parts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
     return {k: v._asdict() if k == "vocab" else dataclasses.asdict(v) for k, v in parts.items()}
+
+  @classmethod
+  def from_json(cls, values):
+    """The Config of `to_json` output (a run's config.json), each part checked again.
+
+    Raises:
+      ValueError: a missing part or field, an unknown field or a bad value.
+    """
+    kinds = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig,
+             "train": TrainConfig, "mesh": MeshConfig, "vocab": Ids}
+    try:
+      return cls(**{name: kind(**values[name]) for name, kind in kinds.items()})
+    except (KeyError, TypeError) as e:
+      raise ValueError(f"not a run config: {e}") from None
+
+  @classmethod
+  def load(cls, workdir):
+    """The Config a `performer train` workdir recorded (<workdir>/config.json).
+
+    Raises:
+      UserError: no config.json, or one that is not a run config.
+    """
+    path = os.path.join(workdir, "config.json")
+    try:
+      with open(path) as f:
+        return cls.from_json(json.load(f))
+    except FileNotFoundError:
+      raise UserError(f"{workdir}: no config.json; is it a `performer train` workdir?") from None
+    except (OSError, ValueError) as e:
+      raise UserError(f"{path}: {e}") from None
 
 
 def _check(cfg, name, ok, rule, *, kind=float):

@@ -16,12 +16,13 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from performer import configurables
 from performer.atomic import atomic_path
 from performer.data import pipeline, vocab
 from performer.errors import UserError
 from performer.train import loop, sharding, steps
+from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
+from performer.train.config import Config
 
 
 # Frequencies come from at most this many train batches (all of a smaller train split):
@@ -94,12 +95,8 @@ def run(workdir, split):
 
 def run_splits(workdir, splits):
   """`run` for several splits at once (one restore, one compile); returns their results in order."""
-  config = os.path.join(workdir, "config.gin")
-  if not os.path.exists(config):
-    raise UserError(f"{workdir}: no config.gin; is it a `performer train` workdir?")
-  configurables.parse([config], [])
-  cfg = configurables.resolve()
-  model, optimizer = loop.build(cfg)
+  cfg = Config.load(workdir)
+  model, optimizer = state_lib.build(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
   every = [pipeline.Batches(cfg.data, split, causal=cfg.model.causal, **_process())
            for split in splits]  # checks all first
@@ -107,7 +104,7 @@ def run_splits(workdir, splits):
     step = ckpt.latest_step()
     if step is None:
       raise UserError(f"{workdir}: no checkpoint yet")
-    loop.placed(model, optimizer, mesh, cfg.mesh.rules)
+    state_lib.placed(model, optimizer, mesh, cfg.mesh.rules)
     ckpt.restore(step, model, optimizer)
   proteins = cfg.vocab == vocab.PROTEIN_IDS  # Table 2's baseline
   freq = _train_frequencies(cfg) if proteins else None

@@ -12,6 +12,9 @@ from performer import attention, configurables, favor
 from performer.attention.registry import RandomFeatures
 from performer.data import samples, trembl
 from performer.train import loop
+from performer.train import state as state_lib
+from performer.train.checkpoint import Checkpoints
+from performer.train.config import Config
 
 B, L, H, D, K = 2, 23, 2, 8, 13
 
@@ -150,9 +153,8 @@ def test_training_redraws_each_step_and_checkpoints_the_draw(tmp_path):
        "ModelConfig.d_ff = 32", "ModelConfig.attention_options = {'num_projections': 8}",
        "TrainConfig.steps = 2", "TrainConfig.eval_batches = 1"])
   loop.run(configurables.resolve(), str(tmp_path / "run"), progress=False)
-  configurables.parse([str(tmp_path / "run" / "config.gin")], [])
-  model, optimizer = loop.build(configurables.resolve())
-  with loop.Checkpoints(str(tmp_path / "run" / "checkpoints")) as ckpt:
+  model, optimizer = state_lib.build(Config.load(str(tmp_path / "run")))
+  with Checkpoints(str(tmp_path / "run" / "checkpoints")) as ckpt:
     ckpt.restore(2, model, optimizer)
   for block in model.blocks:  # each layer holds its draw of the last step, 1
     saved = np.asarray(block.attn.R[...])

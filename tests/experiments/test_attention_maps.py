@@ -14,6 +14,7 @@ from performer.data import pipeline, vocab
 from performer.errors import UserError
 from performer.experiments import aa_similarity, attention_maps
 from performer.train import loop
+from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,20 +27,21 @@ B, L, H, D, M = 2, 7, 3, 5, 11
 
 
 def _workdir(folder, data, config):
-  """A `performer train` workdir (config.gin + a checkpoint) of a freshly built tiny model.
+  """A `performer train` workdir (config.json + a checkpoint) of a freshly built tiny model.
 
   Performer layers get W = draw(SAVED_DRAW) before saving, so a test can see
   that the experiment uses the checkpoint's W.
   """
   extra = [FEATURES] if "performer" in config else []
   configurables.parse([os.path.join(ROOT, config)], [f"DataConfig.path = '{data}'", *TINY, *extra])
-  model, optimizer = loop.build(configurables.resolve())
+  cfg = configurables.resolve()
+  model, optimizer = state_lib.build(cfg)
   for block in model.blocks:
     if attention_maps.is_performer(block):
       block.attn.redraw(SAVED_DRAW)
   os.makedirs(folder)
-  with open(os.path.join(folder, "config.gin"), "w") as f:
-    f.write(configurables.operative_config())
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    json.dump(cfg.to_json(), f)
   with Checkpoints(os.path.abspath(os.path.join(folder, "checkpoints"))) as ckpt:
     ckpt.save(1, model, optimizer, {"step": 1})
   return str(folder)
@@ -258,7 +260,7 @@ def test_maps_errors_are_user_errors(runs, fasta_file, tmp_path):
     main(accession="P00002", layers=(1, 1))
   with pytest.raises(UserError, match="give a .json file"):
     main(out="m.npz", accession="P00002")
-  with pytest.raises(UserError, match="no config.gin"):
+  with pytest.raises(UserError, match="no config.json"):
     attention_maps.main(attention_maps.MapsConfig(run=str(tmp_path), fasta=fasta_file),
                         str(tmp_path / "x.json"))
   assert not os.path.exists(tmp_path / "m.json") and not os.path.exists(tmp_path / "m.npz")

@@ -3,6 +3,7 @@
 import contextlib
 import io
 import itertools
+import dataclasses
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ from performer import cli, configurables
 from performer.data import pipeline, vocab
 from performer.errors import UserError
 from performer.experiments import error_propagation, trained
-from performer.train import loop
+from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,12 +27,13 @@ SMALL = dict(split="test", sequences=6, batch_size=4, draws=3, init_layers=3, se
 
 
 def _workdir(folder, data, config):
-  """A `performer train` workdir of `config` on `data`, saved at initialisation: config.gin and
+  """A `performer train` workdir of `config` on `data`, saved at initialisation: config.json and
   checkpoint 1 as the loop writes them (training would only add a minute of compiling)."""
   configurables.parse([os.path.join(ROOT, config)], [f"DataConfig.path = '{data}'", *TINY])
-  model, optimizer = loop.build(configurables.resolve())
+  cfg = configurables.resolve()
+  model, optimizer = state_lib.build(cfg)
   folder.mkdir()
-  (folder / "config.gin").write_text(configurables.operative_config())
+  (folder / "config.json").write_text(json.dumps(cfg.to_json()))
   with Checkpoints(str(folder / "checkpoints")) as ckpt:
     ckpt.save(1, model, optimizer, {"step": 1})
   return str(folder)
@@ -116,11 +118,16 @@ def _softmax_numpy(q, k, v, mask):
 def test_errors_match_an_independent_computation(result, run_dir):
   rows = result[0]["rows"]
   m, draw = 512, 1
-  # The Performer built the other way: gin bindings, then load's parameter copy.
-  _, exact, _ = trained.load(run_dir)
-  cfg, favor_model, _ = trained.load(run_dir, (
-      "ModelConfig.attention = 'performer_softmax'",
-      f"ModelConfig.attention_options = {{'num_features': {m}, 'seed': {1 + draw}}}"))
+  # The Performer built the other way: the run's config with another attention, then the
+  # checkpoint's parameters copied in.
+  cfg, exact, _ = trained.load(run_dir)
+  favor_cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+      cfg.model, attention="performer_softmax",
+      attention_options={"num_features": m, "seed": 1 + draw}))
+  favor_model, _ = state_lib.build(favor_cfg)
+  with Checkpoints(os.path.join(run_dir, "checkpoints"), create=False) as ckpt:
+    ckpt.load_params(favor_model)
+  favor_model.eval()
   data = pipeline.Batches(cfg.data, "test", causal=True)
   batches = list(itertools.islice(data.eval_batches(), 2))  # the run's batches of 4: keep 6
   inputs = np.concatenate([b["inputs"] for b in batches])[:6]
@@ -170,9 +177,9 @@ def test_exact_against_exact_is_zero(run_dir, tmp_path):
 def test_refuses_runs_without_checkpoints_or_config(run_dir, tmp_path):
   untrained = tmp_path / "untrained"
   untrained.mkdir()
-  shutil.copy(os.path.join(run_dir, "config.gin"), untrained / "config.gin")
+  shutil.copy(os.path.join(run_dir, "config.json"), untrained / "config.json")
   for folder, message in ((untrained, "no checkpoints/ folder; train it first"),
-                          (tmp_path, "no config.gin")):
+                          (tmp_path, "no config.json")):
     cfg = error_propagation.ErrorPropagationConfig(run=str(folder), **SMALL)
     with pytest.raises(UserError, match=message):
       error_propagation.main(cfg, str(tmp_path / "x.json"), progress=False)

@@ -15,6 +15,8 @@ from performer import configurables, memory
 from performer.data import masking, pg19, pipeline, samples
 from performer.errors import UserError
 from performer.train import evaluate, loop, metrics, steps
+from performer.train import state as state_lib
+from performer.train.checkpoint import Checkpoints
 
 TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 1",
         "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
@@ -28,7 +30,8 @@ def _train(data, workdir, *extra, config="gin/mini/trembl_u_performer_relu.gin")
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   configurables.parse([os.path.join(root, config)],
                       [f"DataConfig.path = '{data}'", *TINY, *extra])
-  return loop.run(configurables.resolve(), str(workdir), progress=False)
+  return loop.run(configurables.resolve(), str(workdir), progress=False,
+                  records={"config.gin": configurables.operative_config()})  # as the CLI does
 
 
 def _rows(workdir):
@@ -56,6 +59,9 @@ def test_run_logs_checkpoints_and_resumes_exactly(data, tmp_path):
 
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
   _train(data, tmp_path, "TrainConfig.steps = 3")
+  config = json.load(open(tmp_path / "config.json"))  # the same run, as if its rate were huge
+  config["optim"]["learning_rate"] = 1e30
+  (tmp_path / "config.json").write_text(json.dumps(config))
   with pytest.raises(loop.TrainingDiverged, match="non-finite loss or gradient at step .*last "
                      "good checkpoint is step 3, from which re-running resumes"):
     _train(data, tmp_path, "TrainConfig.steps = 9", "OptimConfig.learning_rate = 1e30")
@@ -77,7 +83,7 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   configurables.parse([os.path.join(root, config)], [f"DataConfig.path = '{data}'", *TINY])
   cfg = configurables.resolve()
-  model, _ = loop.build(cfg)
+  model, _ = state_lib.build(cfg)
   batch = next(pipeline.Batches(cfg.data, "valid", causal=causal).eval_batches())
   model.eval()
   mlm = cfg.data.mlm
@@ -127,7 +133,7 @@ def test_resuming_another_run_names_the_difference_and_allowed_changes_are_recor
 
 
 def test_eval_of_a_folder_that_is_not_a_run(tmp_path):
-  with pytest.raises(UserError, match="no config.gin"):
+  with pytest.raises(UserError, match="no config.json"):
     evaluate.run(str(tmp_path), "test")
 
 
@@ -385,8 +391,8 @@ def test_reformer_rotations_are_redrawn_each_step_and_restored_on_resume(data, t
               "ModelConfig.attention_options = {'chunk_size': 8, 'n_buckets': 4}"]
   _train(data, tmp_path, "TrainConfig.steps = 2", *reformer, config="gin/mini/trembl_u_reformer.gin")
   configurables.parse([os.path.join(tmp_path, "config.gin")], [])
-  model, optimizer = loop.build(configurables.resolve())
-  with loop.Checkpoints(os.path.join(tmp_path, "checkpoints")) as ckpt:
+  model, optimizer = state_lib.build(configurables.resolve())
+  with Checkpoints(os.path.join(tmp_path, "checkpoints")) as ckpt:
     ckpt.restore(2, model, optimizer)
   for block in model.blocks:  # each layer holds its draw of the last step, 1
     saved = np.asarray(block.attn.rotations[...])

@@ -21,7 +21,9 @@ from performer import configurables, favor
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.train import evaluate, loop, sharding
+from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
+from performer.train.config import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = "gin/mini/trembl_u_performer_relu.gin"
@@ -70,8 +72,7 @@ def _rows(workdir):
 
 def _params(workdir):
   """The latest checkpoint's parameters and optimizer state, restored onto one device."""
-  configurables.parse([os.path.join(workdir, "config.gin")], [])
-  model, optimizer = loop.build(configurables.resolve())
+  model, optimizer = state_lib.build(Config.load(workdir))
   with Checkpoints(os.path.join(workdir, "checkpoints"), create=False) as ckpt:
     ckpt.restore(ckpt.latest_step(), model, optimizer)
   from flax import nnx  # pylint: disable=import-outside-toplevel
@@ -214,15 +215,16 @@ import json, jax
 from flax import nnx
 from performer.models.config import ModelConfig
 from performer.models.transformer import TransformerLM
-from performer.train import evaluate, loop, sharding
+from performer.train import sharding
+from performer.train import state as state_lib
 from performer.train.config import OptimConfig
 mesh = sharding.make_mesh(sharding.MeshConfig(data=2, model=4))
 cfg = ModelConfig(vocab_size=28, max_len=32, num_layers=1, num_heads=4, d_model=16, d_ff=32)
 model = TransformerLM(cfg, rngs=nnx.Rngs(0))
-opt = nnx.Optimizer(model, loop.optimizer_for(OptimConfig(), 10), wrt=nnx.Param)
+opt = nnx.Optimizer(model, state_lib.optimizer_for(OptimConfig(), 10), wrt=nnx.Param)
 out = {}
 for rules in ("DEFAULT_RULES", "FSDP_RULES"):
-  _, state, _ = loop.placed(model, opt, mesh, getattr(sharding, rules))
+  _, state, _ = state_lib.placed(model, opt, mesh, getattr(sharding, rules))
   flat = jax.tree_util.tree_leaves_with_path(state)
   out[rules] = {jax.tree_util.keystr(p): [list(x.sharding.spec), x.addressable_shards[0].data.shape]
                 for p, x in flat if hasattr(x, "sharding")}

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from performer.train.config import OptimConfig
-from performer.train.loop import learning_rate
+from performer.train.state import learning_rate
 
 
 def test_constant_is_the_papers_fixed_rate():
