@@ -56,7 +56,7 @@ def train(name, runs, gin, bindings, *, needs=(), study="", settings=None):
   figures tell runs apart by them rather than by their names.
   """
   settings = dict(settings or {})
-  bindings = tuple(bindings) + ((f"TrainConfig.settings={_gin_value(settings)}",) if settings else ())
+  bindings = tuple(bindings) + ((f"TrainConfig.settings={settings!r}",) if settings else ())
   workdir = os.path.join(runs, name)
   command = ("performer", "train", *_flags("--gin", gin), *_flags("--gin_param", bindings),
              "--workdir", workdir)
@@ -67,11 +67,6 @@ def train(name, runs, gin, bindings, *, needs=(), study="", settings=None):
 
 def _flags(flag, values):
   return [word for value in values for word in (flag, value)]
-
-
-def _gin_value(value):
-  """A Python value as gin reads it (strings quoted, dicts and tuples as literals)."""
-  return repr(value)
 
 
 def product(**axes):
