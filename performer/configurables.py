@@ -15,6 +15,7 @@ import gin
 from performer.data import pipeline
 from performer.data.pipeline import DataConfig
 from performer.errors import UserError
+from performer.flags import flag
 from performer.models.config import ModelConfig
 from performer.train.config import Config, OptimConfig, TrainConfig
 from performer.train.sharding import MeshConfig
@@ -79,6 +80,15 @@ def settings():
 
 # `include 'gin/...'` resolves from the repository root as well as the working folder.
 gin.add_config_file_search_path(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass(frozen=True)
+class GinFlags:
+  """The gin files and bindings of a command that trains (train, throughput)."""
+  gin: tuple[str, ...] = flag(help="gin config file (repeatable)", action="append")
+  gin_param: tuple[str, ...] = flag((), "extra gin binding NAME=VALUE, e.g. "
+                                        "TrainConfig.steps=500 (repeatable)", action="append",
+                                    name="--gin_param")
 
 
 def parse(files, bindings):

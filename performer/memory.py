@@ -6,6 +6,8 @@ out of memory) and `performer train` (stops before the first step).
 
 import jax
 
+from performer.errors import UserError
+
 
 def planned_bytes(compiled):
   """Arguments + outputs + temporaries of XLA's buffer assignment, or None.
@@ -46,3 +48,22 @@ def format_bytes(n):
     if n >= size:
       return f"{n / size:.2f} {unit}" if unit in ("TiB", "GiB") else f"{n / size:.1f} {unit}"
   return f"{n:.0f} B"
+
+
+def parse_bytes(text):
+  """'512M', '20G', '1.5GiB', '4096' -> bytes (int; binary units).
+
+  Raises:
+    UserError: not a positive size.
+  """
+  units = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
+  number, unit = text.strip().lower().rstrip("ib").rstrip(), ""
+  if number and number[-1] in units:
+    number, unit = number[:-1], number[-1]
+  try:
+    size = int(float(number) * units[unit])
+  except (ValueError, OverflowError):  # OverflowError: inf
+    size = None
+  if size is None or size < 1:
+    raise UserError(f"expected a positive size such as 512M or 20G, got {text!r}")
+  return size

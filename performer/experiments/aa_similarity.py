@@ -25,7 +25,6 @@ Biopython 1.88; see data/README.md).
 
 import dataclasses
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -34,12 +33,12 @@ import tqdm
 from flax import nnx
 
 from performer import favor
-from performer.atomic import check_writable
 from performer.data import pipeline, vocab
 from performer.data.shards import TokenShards
 from performer.errors import UserError
 from performer.experiments import attention_maps
-from performer.experiments.results import write_result
+from performer.experiments.results import Result
+from performer.flags import flag
 
 BLOSUM62_PATH = os.path.join(os.path.dirname(os.path.abspath(vocab.__file__)), "blosum62.txt")
 BLOSUM62_SOURCE = ("performer/data/blosum62.txt: NCBI's BLOSUM62 (Henikoff & Henikoff 1992) "
@@ -48,31 +47,51 @@ STANDARD = vocab.STANDARD  # the 20 standard amino acids, in this order througho
 _FIRST_RESIDUE = len(vocab.SPECIALS)  # token id of vocab.AMINO_ACIDS[0]
 
 
+NAME = "aa_similarity"
+SUMMARY = "amino-acid similarity from attention vs BLOSUM62 (App. C.4, Fig. 13)"
+DESCRIPTION = ("Vig et al. (2020)'s analysis: for every head, the share of its attention (weights "
+               "above --min-attention) onto each of the 20 standard amino acids, over --sequences "
+               "sequences of a split; the similarity of two amino acids is the Pearson "
+               "correlation of their shares across heads (heads with a total below --min-total "
+               "left out), and is compared with BLOSUM62 by the Pearson correlation over the 190 "
+               "pairs of different amino acids (also over the 210 pairs with the diagonal). Done "
+               "for FAVOR's implicit matrix (Performer runs) and for exact softmax of the same "
+               "q, k.")
+OUT = "runs/aa_similarity.json"
+FIGURE = "aa-similarity"
+
+
 @dataclasses.dataclass(frozen=True)
 class SimilarityConfig:
   """A trained run, the sequences to read (default 800 of its data's test split), Vig's cutoffs."""
-  run: str
-  data: str | None = None  # a prepared dataset folder; None: the run's DataConfig.path
-  split: str = "test"
-  sequences: int = 800
-  seed: int = 0
-  min_attention: float = 0.1
-  min_total: float = 100.0
-  batch_size: int = 8
+  run: str = flag(help="a `performer train` workdir of a protein model")
+  data: str | None = flag(None, "prepared protein dataset folder",
+                          shown="the run's DataConfig.path")
+  split: str = flag("test", "train, valid, test or ood")
+  sequences: int = flag(800, "sequences drawn at random from the split, clipped to the run's "
+                             "sequence length (the paper's 800)")
+  seed: int = flag(0, "seed of the sequence draw")
+  min_attention: float = flag(0.1, "attention weights at or below this count 0 (Vig et al.'s)")
+  min_total: float = flag(100.0, "leave out heads whose thresholded attention sums to less "
+                                 "(Vig et al.'s)")
+  batch_size: int = flag(8, "sequences per forward pass")
 
   def __post_init__(self):
     # Messages name the `performer aa-similarity` flag of each field.
     if self.split not in ("train", "valid", "test", "ood"):
       raise UserError(f"--split must be train, valid, test or ood, got {self.split!r}")
-    for flag, value in (("--sequences", self.sequences), ("--batch-size", self.batch_size)):
+    for name, value in (("--sequences", self.sequences), ("--batch-size", self.batch_size)):
       if value < 1:
-        raise UserError(f"{flag} must be >= 1, got {value}")
+        raise UserError(f"{name} must be >= 1, got {value}")
     if not 0 <= self.min_attention < 1:
       raise UserError(f"--min-attention must be in [0, 1), got {self.min_attention:g}")
     if not self.min_total >= 0:
       raise UserError(f"--min-total must be >= 0, got {self.min_total:g}")
     if self.seed < 0:
       raise UserError(f"--seed must be >= 0, got {self.seed}")
+
+
+CONFIG = SimilarityConfig
 
 
 def load_blosum62(path=BLOSUM62_PATH):
@@ -187,7 +206,7 @@ def sample_indices(count, wanted, seed):
 
 
 def run(cfg, *, progress=True):
-  """Computes the similarity. Returns (rows, extra): one row per matrix kind.
+  """Computes the similarity. Returns Result(rows, extra): one row per matrix kind.
 
   Raises:
     UserError: see attention_maps.load_model; a dataset that is not a
@@ -255,23 +274,26 @@ def run(cfg, *, progress=True):
                  "residue type; similarity = Pearson across kept heads; r = Pearson with "
                  "BLOSUM62 over the 190 pairs a < b (r_all: 210 pairs a <= b)"),
   }
-  return rows, extra
+  return Result(rows, extra)
 
 
 def _finite_or_none(x):
   return float(x) if np.isfinite(x) else None
 
 
-def main(cfg, out, *, progress=True):
-  """Runs `cfg`, writes the JSON result to `out`, returns (rows, extra, seconds).
-
-  Raises:
-    UserError: `out` cannot be written (checked before work), or any error
-      of `run`.
-  """
-  check_writable(out)
-  start = time.perf_counter()
-  rows, extra = run(cfg, progress=progress)
-  seconds = time.perf_counter() - start
-  write_result(out, "aa_similarity", cfg, rows, wall_seconds=round(seconds, 1), extra=extra)
-  return rows, extra, seconds
+def report(cfg, result):
+  """The lines `performer aa-similarity` prints: r with BLOSUM62 per kind of map."""
+  extra = result.extra
+  lines = [f"{extra['sequences_used']} {cfg.split} sequences ({extra['residues_used']:,} "
+           f"residues); {extra['run']['attention']} model"]
+  shown = lambda r: "undefined" if r is None else f"{r:.3f}"
+  for row in result.rows:
+    lines.append(f"  {row['maps']}: Pearson r with BLOSUM62 {shown(row['r_offdiagonal'])} over "
+                 f"{row['pairs_offdiagonal']} pairs a<b ({shown(row['r_all'])} over "
+                 f"{row['pairs_all']} pairs a<=b); {row['heads_kept']} of {row['heads']} heads "
+                 "kept")
+    if row["heads_kept"] < 3:
+      lines.append(f"    too few heads pass --min-attention {cfg.min_attention:g} and "
+                   f"--min-total {cfg.min_total:g} for a correlation; lower them for diffuse "
+                   "attention")
+  return lines

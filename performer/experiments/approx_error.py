@@ -14,7 +14,6 @@ the samples (the error is heavy-tailed across draws).
 
 import dataclasses
 import math
-import time
 import zlib
 
 import jax
@@ -23,9 +22,9 @@ import numpy as np
 import tqdm
 
 from performer import favor
-from performer.atomic import check_writable
 from performer.errors import UserError
-from performer.experiments.results import write_result
+from performer.experiments.results import Result
+from performer.flags import flag
 
 # (kernel, projection kind, scaling): the paper's curves, then H-/G-ORF.
 DEFAULT_VARIANTS = (
@@ -41,51 +40,13 @@ DEFAULT_VARIANTS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class ApproxErrorConfig:
-  """What to sweep. Defaults: the paper's Fig. 4 (L=4096, d=16, 15 samples)."""
-  seq_len: int = 4096
-  dim: int = 16
-  features: tuple[int, ...] = (16, 32, 64, 128, 256)
-  samples: int = 15
-  seed: int = 0
-  input_scales: tuple[float, ...] = (0.5, 1.0, 1.5, 2.0)
-  variants: tuple[tuple[str, str, str], ...] = DEFAULT_VARIANTS
-
-  def __post_init__(self):
-    # Messages name the `performer approx-error` flag of each field.
-    for flag, value in (("--seq-len", self.seq_len), ("--dim", self.dim),
-                        ("--samples", self.samples)):
-      if value < 1:
-        raise UserError(f"{flag} must be >= 1, got {value}")
-    if not 0 <= self.seed < 2 ** 31 - 1:
-      raise UserError(f"--seed must be in [0, 2^31 - 1), got {self.seed}")
-    if not self.features or min(self.features) < 1:
-      raise UserError(f"--features must be counts m >= 1, got {','.join(map(str, self.features))}")
-    if not self.input_scales or not all(math.isfinite(s) and s > 0 for s in self.input_scales):
-      raise UserError(f"--input-scale values must be finite and > 0, got "
-                      f"{','.join(f'{s:g}' for s in self.input_scales)}")
-    if not self.variants:
-      raise UserError("--variants: no variants given")
-    # Input draws are keyed by the scale in thousandths (see _inputs).
-    for flag, values, hint in (
-        ("--features", self.features, ""), ("--variants", self.variants, ""),
-        ("--input-scale", [round(s * 1000) for s in self.input_scales],
-         " (values must differ by >= 0.001)")):
-      if len(set(values)) != len(values):
-        raise UserError(f"{flag} values must not repeat{hint}")
-    for kernel, kind, scaling in self.variants:
-      if kernel not in favor.SOFTMAX_KERNELS:
-        raise UserError(f"--variants: kernel {kernel!r} is not a softmax kernel; "
-                        f"choose from {', '.join(favor.SOFTMAX_KERNELS)}")
-      if kind not in favor.KINDS:
-        raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown projection {kind!r}; "
-                        f"choose from {', '.join(favor.KINDS)}")
-      if scaling not in favor.SCALINGS:
-        raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown scaling {scaling!r}; "
-                        f"choose from {', '.join(favor.SCALINGS)}")
-      if kind == "hadamard" and self.dim & (self.dim - 1):
-        raise UserError(f"hadamard projections need --dim a power of two, got {self.dim}")
+NAME = "approx_error"
+SUMMARY = "MSE of FAVOR attention against exact softmax (Fig. 4)"
+DESCRIPTION = ("Sweeps the number of random features m for each kernel/projection variant and "
+               "input scale, and writes MSE statistics over samples to a JSON file. q, k entries "
+               "~ N(0, s^2/sqrt(d)) for input scale s, v ~ N(0, 1).")
+OUT = "runs/approx_error.json"  # the committed one is results/approx_error.json
+FIGURE = "mse-vs-m"
 
 
 def parse_variants(text):
@@ -102,9 +63,66 @@ def parse_variants(text):
   return tuple(variants)
 
 
-def default_variants(dim):
-  """DEFAULT_VARIANTS, without hadamard when dim is not a power of two."""
-  return tuple(v for v in DEFAULT_VARIANTS if v[1] != "hadamard" or not dim & (dim - 1))
+@dataclasses.dataclass(frozen=True)
+class ApproxErrorConfig:
+  """What to sweep. Defaults: the paper's Fig. 4 (L=4096, d=16, 15 samples).
+
+  variants: None means DEFAULT_VARIANTS, without hadamard when d is not a
+    power of two.
+  """
+  seq_len: int = flag(4096, "sequence length L")
+  dim: int = flag(16, "head dimension d")
+  features: tuple[int, ...] = flag((16, 32, 64, 128, 256), "comma-separated values of m")
+  samples: int = flag(15, "random draws per point")
+  seed: int = flag(0, "PRNG seed")
+  input_scales: tuple[float, ...] = flag(
+      (0.5, 1.0, 1.5, 2.0), "comma-separated input scales s; one figure row each",
+      name="--input-scale")
+  variants: tuple[tuple[str, str, str], ...] | None = flag(
+      None, "comma-separated kernel/projection/scaling triples, e.g. "
+      "positive/orthogonal/chi,trig/iid/chi", parse=parse_variants,
+      shown="the paper's curves, hyperbolic, SMREG, H-ORF and G-ORF")
+
+  def __post_init__(self):
+    # Messages name the `performer approx-error` flag of each field.
+    for name, value in (("--seq-len", self.seq_len), ("--dim", self.dim),
+                        ("--samples", self.samples)):
+      if value < 1:
+        raise UserError(f"{name} must be >= 1, got {value}")
+    if not 0 <= self.seed < 2 ** 31 - 1:
+      raise UserError(f"--seed must be in [0, 2^31 - 1), got {self.seed}")
+    if not self.features or min(self.features) < 1:
+      raise UserError(f"--features must be counts m >= 1, got {','.join(map(str, self.features))}")
+    if not self.input_scales or not all(math.isfinite(s) and s > 0 for s in self.input_scales):
+      raise UserError(f"--input-scale values must be finite and > 0, got "
+                      f"{','.join(f'{s:g}' for s in self.input_scales)}")
+    if self.variants is None:
+      object.__setattr__(self, "variants", tuple(
+          v for v in DEFAULT_VARIANTS if v[1] != "hadamard" or not self.dim & (self.dim - 1)))
+    if not self.variants:
+      raise UserError("--variants: no variants given")
+    # Input draws are keyed by the scale in thousandths (see _inputs).
+    for name, values, hint in (
+        ("--features", self.features, ""), ("--variants", self.variants, ""),
+        ("--input-scale", [round(s * 1000) for s in self.input_scales],
+         " (values must differ by >= 0.001)")):
+      if len(set(values)) != len(values):
+        raise UserError(f"{name} values must not repeat{hint}")
+    for kernel, kind, scaling in self.variants:
+      if kernel not in favor.SOFTMAX_KERNELS:
+        raise UserError(f"--variants: kernel {kernel!r} is not a softmax kernel; "
+                        f"choose from {', '.join(favor.SOFTMAX_KERNELS)}")
+      if kind not in favor.KINDS:
+        raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown projection {kind!r}; "
+                        f"choose from {', '.join(favor.KINDS)}")
+      if scaling not in favor.SCALINGS:
+        raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown scaling {scaling!r}; "
+                        f"choose from {', '.join(favor.SCALINGS)}")
+      if kind == "hadamard" and self.dim & (self.dim - 1):
+        raise UserError(f"hadamard projections need --dim a power of two, got {self.dim}")
+
+
+CONFIG = ApproxErrorConfig
 
 
 @jax.jit
@@ -138,7 +156,7 @@ def projection_for(cfg, variant, m, sample):
 
 
 def run(cfg, *, progress=True):
-  """Runs the sweep. Returns a list of row dicts, one per (scale, variant, m)."""
+  """Runs the sweep. Returns a Result whose rows are one per (scale, variant, m)."""
   errors = {}  # (scale, variant, m) -> [mse per sample]
   norms = {}  # scale -> [mean |x| of scaled queries and keys, logit std]
   steps = [(s, i) for s in cfg.input_scales for i in range(cfg.samples)]
@@ -170,19 +188,15 @@ def run(cfg, *, progress=True):
         "query_norm_mean": float(stats[:, 0].mean()), "key_norm_mean": float(stats[:, 1].mean()),
         "logit_std": float(stats[:, 2].mean()),
     })
-  return rows
+  return Result(rows)
 
 
-def main(cfg, out, *, progress=True):
-  """Runs `cfg`, writes the JSON result to `out`, returns (rows, seconds).
-
-  Raises:
-    UserError: `out` is a folder or its folder cannot be written (checked
-      before the sweep, not after minutes of work).
-  """
-  check_writable(out)
-  start = time.perf_counter()
-  rows = run(cfg, progress=progress)
-  seconds = time.perf_counter() - start
-  write_result(out, "approx_error", cfg, rows, wall_seconds=round(seconds, 1))
-  return rows, seconds
+def report(cfg, result):
+  """The lines `performer approx-error` prints: median MSE at the largest m per scale."""
+  m_max = max(cfg.features)
+  lines = [f"median MSE at m={m_max} (L={cfg.seq_len}, d={cfg.dim}, {cfg.samples} samples):"]
+  for scale in cfg.input_scales:
+    cells = [f"{r['kernel']}/{r['projection']}/{r['scaling']}={r['mse_median']:.2e}"
+             for r in result.rows if r["input_scale"] == scale and r["m"] == m_max]
+    lines.append(f"  input scale {scale:g}: " + ", ".join(cells))
+  return lines

@@ -17,7 +17,6 @@ read the residues alone, (U) models [EOS] + residues, with the key mask
 
 import dataclasses
 import os
-import time
 
 import jax
 import jax.numpy as jnp
@@ -25,14 +24,12 @@ import numpy as np
 from flax import nnx
 
 from performer import favor
-from performer.atomic import atomic_path, check_writable
 from performer.attention.performer import PerformerAttention
 from performer.data import fasta, vocab
 from performer.errors import UserError
-from performer.experiments.results import write_result
+from performer.experiments.results import Result
+from performer.flags import flag
 
-DEFAULT_FASTA = "runs/data/swissprot.fasta.gz"
-DEFAULT_ACCESSION = "P00974"  # BPT1_BOVIN, 100 residues (App. C.4)
 FIRST_THAT_FITS = "first-that-fits"  # --accession: the first record the run's L holds
 MAX_DEFAULT_LAYERS = 4  # Fig. 10 shows the first 4 layers
 # A per-feature reference below any real log, for a key set with no real key
@@ -40,13 +37,31 @@ MAX_DEFAULT_LAYERS = 4  # Fig. 10 shows the first 4 layers
 _NO_KEY = -1e30
 
 
+NAME = "attention_maps"
+SUMMARY = "one protein's attention matrices, FAVOR and exact (App. C.4, Figs. 10-11)"
+DESCRIPTION = ("Feeds one protein (found by accession in a FASTA file) to a trained protein model "
+               "as training fed it, and writes each chosen layer's attention matrices: for a "
+               "Performer its implicit FAVOR matrix (rows of Q' K'^T over D, whose product with V "
+               "is the layer's output) and exact softmax(q k^T / sqrt(d)) of the same q, k; for "
+               "other models the exact maps only. Writes a .npz of maps beside the --out JSON of "
+               "per-head numbers (total variation FAVOR vs exact, mean attention distance, share "
+               "within |i-j| <= 1, most attended position).")
+OUT = "runs/attention_maps.json"  # the maps go to the .npz of the same name beside it
+FIGURE = "attention-maps"
+
+
 @dataclasses.dataclass(frozen=True)
 class MapsConfig:
   """What to draw: a trained run, a protein by accession, which layers (0-based; None: up to 4)."""
-  run: str
-  fasta: str = DEFAULT_FASTA
-  accession: str = DEFAULT_ACCESSION
-  layers: tuple[int, ...] | None = None
+  run: str = flag(help="a `performer train` workdir of a protein model")
+  fasta: str = flag("runs/data/swissprot.fasta.gz",
+                    "FASTA file (plain or .gz) holding the protein (see data/README.md)")
+  accession: str = flag("P00974", "UniProt accession or entry name of the protein, or "
+                        f"{FIRST_THAT_FITS}: the first record that fits the run's L",
+                        shown="P00974, BPT1_BOVIN, 100 residues, as in the paper")
+  layers: tuple[int, ...] | None = flag(
+      None, "comma-separated 0-based layers; heads are named layer-head, 0-based, as in the "
+      "paper's 'head 1-2'", shown="the first 4, or all if fewer")
 
   def __post_init__(self):
     # Messages name the `performer attention-maps` flag of each field.
@@ -57,6 +72,9 @@ class MapsConfig:
         raise UserError(f"--layers must be layer indices >= 0, got {_joined(self.layers)}")
       if len(set(self.layers)) != len(self.layers):
         raise UserError(f"--layers values must not repeat, got {_joined(self.layers)}")
+
+
+CONFIG = MapsConfig
 
 
 def find_sequence(path, accession):
@@ -353,8 +371,11 @@ def load_model(run):
   return cfg, model, step
 
 
-def run(cfg):
-  """Computes the maps. Returns (rows, extra, arrays) for `main` to write.
+def run(cfg, *, progress=True):  # pylint: disable=unused-argument
+  """Computes the maps. Returns Result(rows, extra, arrays).
+
+  arrays: exact [layers, H, L, L], favor (same shape; Performer runs only)
+  and tokens [L], written to the .npz beside the result JSON.
 
   Raises:
     UserError: see `load_model`, `find_sequence`; a protein longer than the
@@ -429,7 +450,7 @@ def run(cfg):
   arrays = {"exact": exact, "tokens": tokens[0].astype(np.int32)}
   if favor_maps is not None:
     arrays["favor"] = favor_maps
-  return rows, extra, arrays
+  return Result(rows, extra, arrays=arrays)
 
 
 def _label(token):
@@ -443,29 +464,27 @@ def arrays_path(out):
   return os.path.splitext(out)[0] + ".npz"
 
 
-def main(cfg, out):
-  """Runs `cfg`; writes `out` (JSON: per-head rows) and its .npz of maps; returns (rows, extra, s).
-
-  The .npz holds exact [layers, H, L, L], favor (same shape; Performer runs
-  only) and tokens [L]; the JSON names it (field `arrays`, relative to the
-  JSON's folder).
-
-  Raises:
-    UserError: `out` is not a writable .json path (checked before work), or
-      any error of `run`.
-  """
-  if not out.endswith(".json"):
-    raise UserError(f"--out {out}: give a .json file (the maps go to a .npz beside it)")
-  check_writable(out)
-  start = time.perf_counter()
-  rows, extra, arrays = run(cfg)
-  seconds = time.perf_counter() - start
-  npz = arrays_path(out)
-  with atomic_path(npz) as tmp, open(tmp, "wb") as f:
-    np.savez_compressed(f, **arrays)
-  extra["arrays"] = os.path.basename(npz)
-  write_result(out, "attention_maps", cfg, rows, wall_seconds=round(seconds, 1), extra=extra)
-  return rows, extra, seconds
+def report(cfg, result):
+  """The lines `performer attention-maps` prints: the protein, then per layer its extreme heads."""
+  rows, extra = result.rows, result.extra
+  lines = [f"{extra['protein']['accession']}: {extra['protein']['residues']} residues; "
+           f"{extra['run']['attention']} model; layers {_joined(extra['layers'])}",
+           extra["maps_note"]]
+  own = extra["maps"][0]
+  for layer in extra["layers"]:
+    at = [r for r in rows if r["layer"] == layer]
+    diagonal = max(at, key=lambda r: r[f"{own}_diagonal_share"])
+    vertical = max(at, key=lambda r: r[f"{own}_top_column_share"])
+    line = (f"  layer {layer}: most diagonal head {diagonal['name']} "
+            f"({diagonal[f'{own}_diagonal_share']:.2f} within |i-j|<=1), most vertical "
+            f"{vertical['name']} ({vertical[f'{own}_top_column_share']:.2f} onto position "
+            f"{vertical[f'{own}_top_column']})")
+    if own == "favor":
+      line += f"; mean TV from exact softmax {sum(r['tv_mean'] for r in at) / len(at):.3f}"
+    if at[0]["own_matrix_check"] is not None:
+      line += f"; max |A v - output| {at[0]['own_matrix_check']:.1e}"
+    lines.append(line)
+  return lines
 
 
 def _joined(values):

@@ -33,7 +33,6 @@ standard deviation, minimum and maximum over the draws, and every draw.
 """
 
 import dataclasses
-import time
 
 import jax
 import jax.numpy as jnp
@@ -42,12 +41,12 @@ import tqdm
 from flax import nnx
 
 from performer import favor
-from performer.atomic import check_writable
 from performer.attention.registry import RandomFeatures
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.experiments import trained as trained_runs
-from performer.experiments.results import write_result
+from performer.experiments.results import Result
+from performer.flags import flag
 from performer.models.transformer import TransformerLM
 from performer.train import steps
 
@@ -57,24 +56,37 @@ ATTENTIONS = ("performer_softmax", "exact")
 SPLITS = ("valid", "test", "ood")
 
 
+NAME = "error_propagation"
+SUMMARY = "a Transformer vs its own weights with FAVOR+, per layer (Fig. 14)"
+DESCRIPTION = ("Runs a trained exact-attention workdir and the same parameters with FAVOR+ "
+               "attention (positive random features) on the first --sequences sequences of a "
+               "split, dropout off, and writes per layer l the relative error "
+               "||h_FAVOR - h_exact||_F / ||h_exact||_F over the real positions of: the residual "
+               "stream after block l, the output distribution of the model cut after block l, and "
+               "block l's attention alone on the Transformer's own input; mean and spread over "
+               "--draws feature draws per m. Setting init does the same with fresh parameters of "
+               "the run's config and --init-layers blocks.")
+OUT = "runs/error_propagation.json"
+FIGURE = "error-propagation"
+
+
 @dataclasses.dataclass(frozen=True)
 class ErrorPropagationConfig:
-  """What to measure. Defaults: the paper's FAVOR+ (positive, orthogonal), m = 16..256.
-
-  run: a `performer train` workdir of an exact-attention model with a checkpoint.
-  sequences: the first this many sequences of `split`, read `batch_size` at a time.
-  """
-  run: str
-  split: str = "test"
-  sequences: int = 64
-  batch_size: int = 16
-  features: tuple[int, ...] = (16, 32, 64, 128, 256)
-  draws: int = 5
-  init_layers: int = 6
-  settings: tuple[str, ...] = SETTINGS
-  attention: str = "performer_softmax"
-  projection: str = "orthogonal"
-  seed: int = 0
+  """What to measure. Defaults: the paper's FAVOR+ (positive, orthogonal), m = 16..256."""
+  run: str = flag(help="a `performer train` workdir of an exact-attention model with a "
+                       "checkpoint")
+  split: str = flag("test", "valid, test or ood")
+  sequences: int = flag(64, "the first this many sequences of the split")
+  batch_size: int = flag(16, "sequences per pass")
+  features: tuple[int, ...] = flag((16, 32, 64, 128, 256), "comma-separated values of m")
+  draws: int = flag(5, "random feature draws per m; draw j uses attention seed --seed + j")
+  init_layers: int = flag(6, "blocks of the model at initialisation")
+  settings: tuple[str, ...] = flag(SETTINGS, "comma-separated: trained (the run's weights), "
+                                             "init (fresh parameters)")
+  attention: str = flag("performer_softmax", "performer_softmax, or exact: the control, every "
+                                             "error 0")
+  projection: str = flag("orthogonal", "random features: orthogonal, iid, hadamard or givens")
+  seed: int = flag(0, "seed of the init parameters, the (B) masks and draw 0")
 
   def __post_init__(self):
     # Messages name the `performer error-propagation` flag of each field.
@@ -82,18 +94,18 @@ class ErrorPropagationConfig:
       raise UserError("--run is required: a `performer train` workdir")
     if self.split not in SPLITS:
       raise UserError(f"--split {self.split!r}: choose from {', '.join(SPLITS)}")
-    for flag, value in (("--sequences", self.sequences), ("--batch-size", self.batch_size),
+    for name, value in (("--sequences", self.sequences), ("--batch-size", self.batch_size),
                         ("--draws", self.draws), ("--init-layers", self.init_layers)):
       if not isinstance(value, int) or value < 1:
-        raise UserError(f"{flag} must be an integer >= 1, got {value!r}")
+        raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     if not 0 <= self.seed or self.seed + self.draws >= 2 ** 31:
       raise UserError(f"--seed must be >= 0 with --seed + --draws < 2^31, got {self.seed}")
     if not self.features or min(self.features) < 1:
       raise UserError(f"--features must be counts m >= 1, got "
                       f"{','.join(map(str, self.features)) or 'nothing'}")
-    for flag, values in (("--features", self.features), ("--settings", self.settings)):
+    for name, values in (("--features", self.features), ("--settings", self.settings)):
       if len(set(values)) != len(values):
-        raise UserError(f"{flag} values must not repeat")
+        raise UserError(f"{name} values must not repeat")
     bad = [s for s in self.settings if s not in SETTINGS] or ([] if self.settings else ["(none)"])
     if bad:
       raise UserError(f"--settings {bad[0]!r}: choose from {', '.join(SETTINGS)}")
@@ -102,6 +114,9 @@ class ErrorPropagationConfig:
                       "(exact is the control)")
     if self.projection not in favor.KINDS:
       raise UserError(f"--projection {self.projection!r}: choose from {', '.join(favor.KINDS)}")
+
+
+CONFIG = ErrorPropagationConfig
 
 
 def with_attention(model, attention, options):
@@ -296,7 +311,7 @@ def _rows(common, draws):
 
 
 def run(cfg, *, progress=True):
-  """Runs the measurement. Returns a list of row dicts, one per (setting, m, quantity, layer).
+  """Runs the measurement. Returns a Result with one row per (setting, m, quantity, layer).
 
   quantity: `hidden` (residual stream after block `layer`, 1-based);
   `attention` (block `layer`'s attention alone, on the exact model's input to
@@ -343,27 +358,12 @@ def run(cfg, *, progress=True):
                   "head_dim": head_dim, "causal": exact.cfg.causal, "draws": cfg.draws,
                   "sequences": sequences, "tokens": int(draws[0]["tokens"]), "split": cfg.split}
         rows.extend(_rows(common, draws))
-  return rows
+  return Result(rows)
 
 
-def main(cfg, out, *, progress=True):
-  """Runs `cfg`, writes the JSON result to `out`, returns (rows, seconds).
-
-  Raises:
-    UserError: `out` is a folder or cannot be written (checked first), or
-      any error of `run`.
-  """
-  check_writable(out)
-  start = time.perf_counter()
-  rows = run(cfg, progress=progress)
-  seconds = time.perf_counter() - start
-  write_result(out, "error_propagation", cfg, rows, wall_seconds=round(seconds, 1))
-  return rows, seconds
-
-
-def table(rows):
-  """Lines of compact tables per setting: layer x m, mean relative error over the draws."""
-  lines = []
+def report(cfg, result):
+  """The lines `performer error-propagation` prints: per setting, layer x m, mean error."""
+  rows, lines = result.rows, []
   for setting in dict.fromkeys(r["setting"] for r in rows):
     mine = [r for r in rows if r["setting"] == setting]
     ms = sorted({r["m"] for r in mine})

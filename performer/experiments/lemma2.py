@@ -36,7 +36,6 @@ carry the mean.
 import dataclasses
 import functools
 import math
-import time
 
 import jax
 import jax.numpy as jnp
@@ -45,9 +44,9 @@ import scipy.optimize
 import tqdm
 
 from performer import favor
-from performer.atomic import check_writable
 from performer.errors import UserError
-from performer.experiments.results import write_result
+from performer.experiments.results import Result
+from performer.flags import flag
 from performer.favor import theory
 
 KERNELS = ("trig", "positive")
@@ -55,6 +54,16 @@ KERNELS = ("trig", "positive")
 # skewed (heavy tails) for a normal z-score to mean anything.
 RELIABLE_REL_SE = 0.2
 _BATCH = 4096  # draws of W per vectorised step: bounds memory at any --samples
+
+
+NAME = "lemma2"
+SUMMARY = "trig vs positive random features for the softmax kernel (Fig. 2, Lemma 2)"
+DESCRIPTION = ("Writes to a JSON file the closed-form ratio r = MSE(trig) / MSE(positive) of "
+               "Lemma 2 over a grid of angles phi in [-pi, pi] and signed lengths l (|x| = |y| = "
+               "|l|; negative l is the pair (-x, -y)), and, on the slice l = --slice-length, both "
+               "closed-form MSEs beside Monte Carlo estimates over independent draws of an iid W.")
+OUT = "runs/lemma2.json"
+FIGURE = "lemma2"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,38 +81,44 @@ class Lemma2Config:
     positive feature's kurtosis is ~ exp(4 |x + y|^2): ~3,900 at phi = pi/2,
     l = 1, where m = 128 brings the relative error of 20,000 draws to ~4%.
   """
-  dim: int = 2
-  features: int = 128
-  angles: int = 144  # heatmap cells on [-pi, pi] (2.5 degrees each)
-  lengths: int = 100  # heatmap cells on [-max_length, max_length]
-  max_length: float = 2.0
-  slice_length: float = 1.0
-  slice_angles: int = 36  # phi = k pi / slice_angles, k = 0 .. slice_angles - 1
-  samples: int = 20_000  # independent draws of W per Monte Carlo point
-  low_kernel_angle: float = 3 * math.pi / 4
-  seed: int = 0
+  dim: int = flag(2, "dimension d of x, y and of W's rows (with iid W nothing depends on "
+                     "d >= 2 but the cost)")
+  features: int = flag(128, "random features m (r does not depend on m, the Monte Carlo "
+                            "noise does)")
+  angles: int = flag(144, "grid cells in phi over [-pi, pi], even (2.5 degrees each)")
+  lengths: int = flag(100, "grid cells in l over [-max-length, max-length], even")
+  max_length: float = flag(2.0, "half-width of the grid in l, at most 5 (the paper's 2)")
+  slice_length: float = flag(1.0, "l of the slice, at most 2 (the paper's 1)")
+  slice_angles: int = flag(36, "slice points phi = k pi / N, k = 0 .. N-1")
+  samples: int = flag(20_000, "independent draws of W per Monte Carlo point")
+  low_kernel_angle: float = flag(3 * math.pi / 4, "the low-kernel region is phi >= this, in "
+                                 "radians", shown="3pi/4 = 2.356")
+  seed: int = flag(0, "PRNG seed")
 
   def __post_init__(self):
     # Messages name the `performer lemma2` flag of each field.
-    for flag, value, low in (("--dim", self.dim, 2), ("--features", self.features, 1),
+    for name, value, low in (("--dim", self.dim, 2), ("--features", self.features, 1),
                              ("--samples", self.samples, 2),
                              ("--slice-angles", self.slice_angles, 2),
                              ("--angles", self.angles, 2), ("--lengths", self.lengths, 2)):
       if value < low:
-        raise UserError(f"{flag} must be >= {low}, got {value}")
-    for flag, value, what in (("--angles", self.angles, "phi = 0, where r = 0"),
+        raise UserError(f"{name} must be >= {low}, got {value}")
+    for name, value, what in (("--angles", self.angles, "phi = 0, where r = 0"),
                               ("--lengths", self.lengths, "l = 0, where r = 0/0")):
       if value % 2:
-        raise UserError(f"{flag} must be even, so that no grid cell centre falls on {what}; "
+        raise UserError(f"{name} must be even, so that no grid cell centre falls on {what}; "
                         f"got {value}")
-    for flag, value, high in (("--max-length", self.max_length, 5.0),  # exp(6 l^2) < 1e308
+    for name, value, high in (("--max-length", self.max_length, 5.0),  # exp(6 l^2) < 1e308
                               ("--slice-length", self.slice_length, 2.0)):
       if not (math.isfinite(value) and 0 < value <= high):
-        raise UserError(f"{flag} must be in (0, {high:g}], got {value}")
+        raise UserError(f"{name} must be in (0, {high:g}], got {value}")
     if not 0 < self.low_kernel_angle < math.pi:
       raise UserError(f"--low-kernel-angle must be in (0, pi), got {self.low_kernel_angle}")
     if not 0 <= self.seed < 2 ** 31 - 1:
       raise UserError(f"--seed must be in [0, 2^31 - 1), got {self.seed}")
+
+
+CONFIG = Lemma2Config
 
 
 def pair(phi, l, d=2):
@@ -265,7 +280,7 @@ def run(cfg, *, progress=True):
   """Computes the grid, the slice and the low-kernel numbers.
 
   Returns:
-    (rows, extra): rows are the slice points (dicts: phi, l, kernel_value,
+    Result(rows, extra): rows are the slice points (dicts: phi, l, kernel_value,
     mse_trig, mse_positive, r, and per kernel mc_K, mc_K_se (sample),
     mc_K_se_exact, mc_K_z, mc_K_reliable; low_kernel); extra holds `grid`
     (phi [A], l [N], r [N][A]: r[i][j] at l[i], phi[j]), `curve` (a fine
@@ -312,28 +327,12 @@ def run(cfg, *, progress=True):
       "symmetrization": "r(phi, l) = r(-phi, l) = r(phi, -l) = r(-phi, -l): negative l is the "
                         "pair (-x, -y), negative phi mirrors y; x.y, |x+y|, |x-y| unchanged",
   }
-  return rows, extra
+  return Result(rows, extra)
 
 
-def main(cfg, out, *, progress=True):
-  """Runs `cfg`, writes the JSON result (experiment `lemma2`) to `out`.
-
-  Returns:
-    (rows, extra, seconds), as from `run`.
-
-  Raises:
-    UserError: `out` is a folder or cannot be written (checked first).
-  """
-  check_writable(out)
-  start = time.perf_counter()
-  rows, extra = run(cfg, progress=progress)
-  seconds = time.perf_counter() - start
-  write_result(out, "lemma2", cfg, rows, wall_seconds=round(seconds, 1), extra=extra)
-  return rows, extra, seconds
-
-
-def summary(cfg, rows, extra):
+def report(cfg, result):
   """The lines `performer lemma2` prints: r at key angles, the crossing, MC agreement."""
+  extra = result.extra
   l = cfg.slice_length
   cells = ", ".join(f"phi={a['label']}: {a['r']:.4g}" for a in extra["key_angles"])
   low = extra["low_kernel"]
@@ -355,4 +354,4 @@ def summary(cfg, rows, extra):
     lines.append(f"  {kernel}: {a['reliable_points']} of {a['points']} points testable{numbers}")
   lines.append(f"  (untestable: exact s.e. above {RELIABLE_REL_SE:.0%} of the MSE, a heavy-tailed "
                "mean, or MSE 0 where the estimator is exact)")
-  return "\n".join(lines)
+  return lines

@@ -3,12 +3,15 @@
 import dataclasses
 import datetime
 import json
+import os
 import platform
+import time
 
 import jax
 import numpy as np
 
-from performer.atomic import atomic_path
+from performer.atomic import atomic_path, check_writable
+from performer.errors import UserError
 
 SCHEMA_VERSION = 1
 
@@ -62,3 +65,59 @@ def write_result(path, experiment, config, rows, *, wall_seconds=None, env=None,
     json.dump(record, f, indent=1)
     f.write("\n")
   return path
+
+
+@dataclasses.dataclass
+class Result:
+  """What an experiment's `run` returns.
+
+  rows: JSON-ready dicts, one per measurement.
+  extra: further top-level fields of the result file.
+  env: the environment to record, when the run measured it elsewhere (worker
+    processes); None: this process's `environment()`.
+  arrays: numpy arrays written to the .npz beside the JSON (named in its
+    `arrays` field); None: no .npz.
+  """
+  rows: list
+  extra: dict = dataclasses.field(default_factory=dict)
+  env: dict | None = None
+  arrays: dict | None = None
+
+
+def arrays_path(out):
+  """The .npz beside a result JSON: maps.json -> maps.npz."""
+  return os.path.splitext(out)[0] + ".npz"
+
+
+def main(experiment, cfg, out, *, progress=True):
+  """Runs an experiment module's `run(cfg)` and writes its result file(s) to `out`.
+
+  What every experiment command does: check that `out` can be written before
+  any work, time the run, write the JSON (and the .npz of `Result.arrays`)
+  atomically.
+
+  Args:
+    experiment: a module of performer.experiments (NAME, run).
+    cfg: its config dataclass.
+    out: the result JSON to write.
+
+  Returns:
+    (Result, wall seconds).
+
+  Raises:
+    UserError: `out` is not a writable .json path, or any error of the run.
+  """
+  check_writable(out)
+  if not out.endswith(".json"):
+    raise UserError(f"--out {out}: give a .json file")
+  start = time.perf_counter()
+  result = experiment.run(cfg, progress=progress)
+  seconds = time.perf_counter() - start
+  extra = dict(result.extra)
+  if result.arrays is not None:
+    with atomic_path(arrays_path(out)) as tmp, open(tmp, "wb") as f:
+      np.savez_compressed(f, **result.arrays)
+    extra["arrays"] = os.path.basename(arrays_path(out))
+  write_result(out, experiment.NAME, cfg, result.rows, wall_seconds=round(seconds, 1),
+               env=result.env, extra=extra)
+  return result, seconds

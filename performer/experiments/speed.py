@@ -23,10 +23,11 @@ import time
 import tqdm
 
 from performer import attention as backends
-from performer.atomic import check_writable
+from performer import memory
 from performer.errors import UserError
-from performer.experiments.results import write_result
+from performer.experiments.results import Result
 from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
+from performer.flags import flag, split
 from performer.models.config import DTYPES
 
 ATTENTIONS = ("exact", "performer_softmax", "performer_relu", "identity")
@@ -35,6 +36,20 @@ DIRECTIONS = ("bidirectional", "causal")
 MODES = ("fwd", "fwdbwd")
 SWEEP = tuple(2 ** p for p in range(9, 21))  # 512 ... 2^20, until OOM or the time cap
 MATMUL_N = 4096  # jnp.dot of two N x N float32 matrices: the machine's GFLOP/s
+
+
+NAME = "speed"
+SUMMARY = "time and memory of models and attention layers against L (Fig. 3)"
+DESCRIPTION = ("Times the forward pass (fwd) and the forward pass plus the gradient w.r.t. all "
+               "parameters (fwdbwd) of whole models (batch 1, vocabulary 256), or of the "
+               "attention layer alone (--layer-only), for L = 512, 1024, ... until a "
+               "configuration runs out of memory or passes --time-cap. Each configuration runs "
+               "in a fresh process: compiled ahead of time (compile time reported apart), one "
+               "warm-up run (which also gives the peak memory), then --repeats timed runs. Writes "
+               "JSON rows and prints the five target ratios that the run's rows allow; --targets "
+               "runs exactly the measurements they need.")
+OUT = "runs/speed.json"  # scripts/speed.sh writes results/
+FIGURE = "speed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,19 +69,40 @@ class SpeedConfig:
       out of range, --chunk-sizes without a Performer, or a selection that
       measures nothing.
   """
-  configs: tuple[str, ...] = ("regular",)
-  attentions: tuple[str, ...] = ATTENTIONS
-  directions: tuple[str, ...] = DIRECTIONS
-  modes: tuple[str, ...] = MODES
-  seq_lens: tuple[int, ...] = SWEEP
-  layer: bool = False
-  repeats: int = 5
-  time_cap: float = 120.0
-  memory_cap: int | None = None
-  chunk_sizes: tuple[int | None, ...] = (None,)
-  targets: bool = False
-  profile: str | None = None
-  dtype: str = "float32"  # of activations and matmuls (ModelConfig.dtype); float32 parameters
+  configs: tuple[str, ...] = flag(
+      ("regular",), "regular = (heads, layers, d_ff, d) (8, 6, 2048, 512), small = (1, 6, 64, 64) "
+      "where attention dominates; comma-separated", name="--config")
+  attentions: tuple[str, ...] = flag(
+      ATTENTIONS, "comma-separated backends (identity is the paper's OPT bound); with "
+      f"--layer-only also {SCAN}, causal FAVOR+ by a per-token lax.scan (the reference path)",
+      name="--attention")
+  directions: tuple[str, ...] = flag(DIRECTIONS, "bidirectional (B) and/or causal (U)",
+                                     name="--direction")
+  modes: tuple[str, ...] = flag(MODES, "fwd and/or fwdbwd", name="--mode")
+  seq_lens: tuple[int, ...] = flag(SWEEP, "comma-separated L", shown="512, 1024, ... 2^20, each "
+                                   "series stopping at its first out-of-memory or time-cap")
+  layer: bool = flag(False, "time the attention layer alone on q, k, v [1, L, heads, d/heads]",
+                     name="--layer-only")
+  repeats: int = flag(5, "timed runs after the warm-up")
+  time_cap: float = flag(120.0, "seconds one configuration may take, compile included, before "
+                                "it is recorded as a timeout")
+  memory_cap: int | None = flag(
+      None, "record configurations whose XLA buffer plan exceeds this size (e.g. 16G) as out of "
+      "memory without running them", parse=memory.parse_bytes,
+      shown="the device's limit, or 90% of available RAM")
+  chunk_sizes: tuple[int | None, ...] = flag(
+      (None,), "block lengths of the Performer attentions to compare",
+      parse=lambda text: split(text, int),
+      shown="the library's, favor.DEFAULT_CHUNK_SIZE causal, favor.BIDIRECTIONAL_BLOCK "
+            "bidirectional")
+  targets: bool = flag(False, "run only the measurements behind the five target ratios (about "
+                              "10 minutes on 2 CPU cores); ignores the selection flags")
+  profile: str | None = flag(None, "also trace 3 extra runs of each configuration with "
+                             "jax.profiler into DIR/<configuration>/ and store its top XLA "
+                             "operations in the row", metavar="DIR")
+  dtype: str = flag("float32", "activations and matmuls (ModelConfig.dtype; parameters stay "
+                    "float32, attention softmax and FAVOR sums run in float32)",
+                    choices=DTYPES)
 
   def __post_init__(self):
     for name, given, known in (("config", self.configs, tuple(CONFIGS)),
@@ -99,6 +135,9 @@ class SpeedConfig:
     if not plan(self):  # the only filter: favor_scan is causal only
       raise UserError(f"this selection measures nothing: {SCAN} runs causal only; "
                       "add --direction causal or another --attention")
+
+
+CONFIG = SpeedConfig
 
 
 def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, dtype="float32"):
@@ -184,8 +223,12 @@ def measure_matmul(cfg):
     return {"status": "error", "n": MATMUL_N}
 
 
-def run(cfg, *, progress=True, log=print):
-  """Runs the plan. Returns (rows, matmul): measured rows and the jnp.dot reference."""
+def run(cfg, *, progress=True, log=None):
+  """Runs the plan. Returns Result(rows, extra: matmul (the jnp.dot reference) and ratios).
+
+  log: where a stopped series is reported (default: above the progress bar).
+  """
+  log = log or tqdm.tqdm.write
   series = plan(cfg)
   total = sum(len(s) for s in series)
   rows = []
@@ -201,27 +244,28 @@ def run(cfg, *, progress=True, log=print):
               f"longer L of this series skipped")
           bar.update(len(specs) - i - 1)
           break
-  return rows, measure_matmul(cfg)
-
-
-def main(cfg, out, *, progress=True):
-  """Runs `cfg`, writes the JSON result to `out`, returns (rows, ratios, seconds).
-
-  Raises:
-    UserError: `out` cannot be written (checked before measuring).
-  """
-  check_writable(out)
-  start = time.perf_counter()
-  rows, matmul = run(cfg, progress=progress, log=lambda s: tqdm.tqdm.write(s))
-  seconds = time.perf_counter() - start
-  table = ratios(rows, matmul)
-  first = next((r for r in rows if "jax_version" in r), matmul)
+  matmul = measure_matmul(cfg)
+  first = next((r for r in rows if "jax_version" in r), matmul)  # measured by the workers
   env = {"python": platform.python_version(), "machine": platform.machine(),
          "processor": platform.processor(), "jax": first.get("jax_version"),
          "backend": first.get("backend"), "device": first.get("device")}
-  write_result(out, "speed", cfg, rows, wall_seconds=round(seconds, 1), env=env,
-               extra={"matmul": matmul, "ratios": table})
-  return rows, table, seconds
+  return Result(rows, {"matmul": matmul, "ratios": ratios(rows, matmul)}, env=env)
+
+
+def report(cfg, result):  # pylint: disable=unused-argument
+  """The lines `performer speed` prints: one per configuration, then the target ratios."""
+  lines = []
+  for row in result.rows:
+    where = "layer" if row["layer"] else "model"
+    chunk = f" chunk={row['chunk_size']}" if row.get("chunk_size") else ""
+    timing = (f"{row['median_ms']:10.1f} ms  (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}; "
+              f"compile {row['compile_s']:.1f} s; "
+              f"peak {memory.format_bytes(row['peak_bytes'])})"
+              if row["status"] == "ok" else row["status"])
+    lines.append(f"{row['config']:8} {where} {row['attention']:18} {row['direction']:13} "
+                 f"{row['mode']:6} L={row['L']:<6}{chunk} {timing}")
+  return lines + ["targets (ratios of measurements in this run):"] + format_ratios(
+      result.extra["ratios"])
 
 
 def _name(s):

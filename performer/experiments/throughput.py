@@ -24,8 +24,22 @@ import sys
 import tempfile
 import time
 
-from performer.atomic import check_writable
 from performer.errors import UserError
+from performer.experiments.results import Result, environment
+from performer.flags import flag
+
+
+NAME = "throughput"
+SUMMARY = "training throughput over 1, 2, 4, 8 devices and the loop's overhead"
+DESCRIPTION = ("Trains the gin-configured model data-parallel on each device count in a fresh "
+               "process, twice over the same batches: the compiled train step alone, and "
+               "`performer train` itself. Prints tokens/s, the speed-up over one device and the "
+               "loop overhead (loop / step alone; target <= 1.05), all measured in this run. On a "
+               "CPU the devices are simulated on the same cores, so the speed-up column shows the "
+               "sharding's overhead, not a speed-up.")
+OUT = "runs/throughput.json"
+FIGURE = None
+GIN = True  # the model comes from --gin files, resolved into `run` by the command line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +50,11 @@ class ThroughputConfig:
     UserError: device counts below 1, or too few steps to time.
   """
   run: dict
-  devices: tuple[int, ...] = (1, 2, 4, 8)
-  steps: int = 60
-  log_every: int = 10
-  platform: str = "cpu"  # cpu: simulated devices; gpu: the first n GPUs
+  devices: tuple[int, ...] = flag((1, 2, 4, 8), "device counts, comma-separated")
+  steps: int = flag(60, "train steps per measurement")
+  log_every: int = flag(10, "the loop's log interval; the first interval is not timed")
+  platform: str = flag("cpu", "cpu: simulated devices; gpu: the first N GPUs",
+                       choices=("cpu", "gpu"))
 
   def __post_init__(self):
     if not self.devices or min(self.devices) < 1:
@@ -51,16 +66,16 @@ class ThroughputConfig:
       raise UserError(f"--platform must be cpu or gpu, got {self.platform!r}")
 
 
-def main(cfg, out, *, progress=True):
-  """Runs every device count, writes the JSON result to `out`; returns (rows, seconds).
+CONFIG = ThroughputConfig
+
+
+def run(cfg, *, progress=True):
+  """Runs every device count, each in a worker process; returns Result(rows, env of a worker).
 
   Raises:
-    UserError: `out` cannot be written (checked first), or a worker failed
-      (its last error line is in the message).
+    UserError: a worker failed (its last error line is in the message).
   """
-  check_writable(out)
-  from performer.experiments.results import write_result  # pylint: disable=import-outside-toplevel
-  start, rows = time.perf_counter(), []
+  rows = []
   for n in cfg.devices:
     if progress:
       print(f"throughput: {n} device(s) ...", file=sys.stderr, flush=True)
@@ -69,16 +84,13 @@ def main(cfg, out, *, progress=True):
   for row in rows:
     row["loop_overhead"] = row["loop_s"] / row["step_s"]
     row["vs_1_device"] = one["step_s"] / row["step_s"] if one else None
-  seconds = time.perf_counter() - start
-  write_result(out, "throughput", cfg, rows, wall_seconds=round(seconds, 1),
-               env=rows[0]["environment"])
-  return rows, seconds
+  return Result(rows, env=rows[0]["environment"])
 
 
-def format_rows(rows):
+def report(cfg, result):  # pylint: disable=unused-argument
   """The printed table: one line per device count."""
   lines = ["devices  step alone (ms)  loop (ms)  loop / alone  tokens/s  step-alone speed-up"]
-  for r in rows:
+  for r in result.rows:
     speedup = f"{r['vs_1_device']:.2f}" if r["vs_1_device"] is not None else "-"
     lines.append(f"{r['devices']:7d}  {r['step_s'] * 1e3:15.1f}  {r['loop_s'] * 1e3:9.1f}  "
                  f"{r['loop_overhead']:12.3f}  {r['tokens_per_s']:8.0f}  {speedup:>19}")
@@ -105,7 +117,6 @@ def _worker(spec):
   """One device count: times the step alone and the loop; returns the row."""
   import jax  # pylint: disable=import-outside-toplevel
   from performer.data import pipeline  # pylint: disable=import-outside-toplevel
-  from performer.experiments.results import environment  # pylint: disable=import-outside-toplevel
   from performer.train import loop, sharding  # pylint: disable=import-outside-toplevel
   from performer.train import state as state_lib  # pylint: disable=import-outside-toplevel
   from performer.train.config import Config  # pylint: disable=import-outside-toplevel

@@ -9,10 +9,12 @@ any other reads one input, `render(input_path, out_path)`, whose default
 NAME.md and NAME.csv.
 """
 
+import dataclasses
 import importlib
 import os
 
 from performer.errors import UserError
+from performer.flags import flag
 
 FIGURES = {
     "aa-similarity": "performer.figures.aa_similarity",  # paper Fig. 13 (App. C.4)
@@ -61,6 +63,42 @@ RUNS = frozenset({"backward-compat", "claims", "curves", "kernels", "redraw", "t
 RUN_FILES = {"curves": "fig6_{metric}.png", "backward-compat": "fig5_backward_compat.png",
              "kernels": "fig16_kernels.png", "redraw": "fig15_redraw.png"}
 TABLES = frozenset({"claims", "table1", "table2"})
+
+
+SUMMARY = "draw a paper figure or table from result files or runs"
+DESCRIPTION = ("Renders a figure or table from a result file (--input) or from `performer train` "
+               "run folders (--runs) without recomputing anything.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Flags:
+  """The flags of `performer figure`."""
+  name: str = flag(help="which figure or table (listed below)", positional=True,
+                   choices=sorted(FIGURES), metavar="NAME")
+  input: str | None = flag(
+      None, "result JSON (mse-vs-m, speed, lemma2, error-propagation, attention-maps, "
+      "aa-similarity) or prepare-trembl folder (table1) to read", shown="what the producing "
+      "command writes by default, e.g. runs/approx_error.json, runs/data/trembl-sample")
+  runs: tuple[str, ...] | None = flag(
+      None, "run folders (`performer train` workdirs) for table2, claims, curves, "
+      "backward-compat, kernels, redraw", nargs="+", metavar="RUN")
+  metric: str | None = flag(None, "what curves draws against the step", shown="accuracy, in %",
+                            metavar="{accuracy,perplexity,loss}")
+  out: str | None = flag(
+      None, "output image (its extension names the format) or, for a table, NAME.md (NAME.csv "
+      "is written beside it)", shown="beside the input, <input stem>_<name>.png or .md "
+      "(runs/speed_speed.png), or in the first run's parent folder, <name>.md or "
+      "fig6_<metric>.png (fig16_kernels.png, fig15_redraw.png)")
+
+
+FLAGS = (Flags,)
+
+
+def main(args):
+  """`performer figure` on parsed flags: renders, then names the files written."""
+  for path in figure(args.name, input_path=args.input, run_dirs=args.runs, out_path=args.out,
+                     metric=args.metric):
+    print(f"wrote {path}")
 
 
 def listing():

@@ -28,8 +28,16 @@ VARIANTS = ("Transformer (continued)", "Performer positive, redraw",
 COLOURS = dict(zip(VARIANTS, ("C3", "C0", "C9", "C1", "C2", "C8", "C4")))
 
 
+# The fig5 plan's recorded `variant` (plans/fig5.py) -> the paper's name.
+PLAN_VARIANTS = {"exact": VARIANTS[0], "positive": VARIANTS[1], "no_redraw": VARIANTS[2],
+                 "trig": VARIANTS[3], "smreg": VARIANTS[4], "linformer": VARIANTS[6]}
+
+
 def variant(run):
-  """The paper's Fig. 5 name of a run, from its attention and attention options."""
+  """The paper's Fig. 5 name of a run: from its recorded sweep value `variant`, else (a run
+  trained by hand) from its attention and attention options."""
+  if run.settings.get("variant") in PLAN_VARIANTS:
+    return PLAN_VARIANTS[run.settings["variant"]]
   options = run.config.get("model", {}).get("attention_options") or {}
   if run.attention == "exact":
     return "Transformer (continued)"

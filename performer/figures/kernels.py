@@ -37,7 +37,8 @@ def options(run):
 
 
 def kernel_of(run):
-  """The feature kernel of a Performer run: its options' kernel, else the backend's default.
+  """The feature kernel of a Performer run: its recorded sweep value `kernel`, else its options'
+  kernel, else the backend's default.
 
   Raises:
     UserError: the run's backend has no feature kernel (not a Performer).
@@ -46,7 +47,7 @@ def kernel_of(run):
     with_kernel = [n for n in attention.names() if "kernel" in attention.info(n).defaults]
     raise UserError(f"{run.path}: attention {run.attention!r} has no feature kernel; give "
                     f"{' or '.join(with_kernel)} runs")
-  return options(run)["kernel"]
+  return run.setting("kernel", options(run)["kernel"])
 
 
 def one_direction(loaded):

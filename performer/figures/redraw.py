@@ -28,13 +28,14 @@ RIGHT = "positive softmax (redrawn) vs generalized ReLU"
 
 
 def redraw_every(run):
-  """A run's redraw period in steps (0: never redrawn)."""
+  """A run's redraw period in steps (0: never redrawn), from its options (what it did)."""
   return options(run)["redraw_every"]
 
 
 def feature_seed(run):
-  """The seed of a run's random features W (attention_options seed; not TrainConfig.seed)."""
-  return options(run)["seed"]
+  """The seed of a run's random features W: its recorded sweep value feature_seed, else its
+  attention_options seed (a run trained by hand); not TrainConfig.seed."""
+  return run.setting("feature_seed", options(run)["seed"])
 
 
 def _sort(loaded):

@@ -39,8 +39,11 @@ class Run:
     metrics: metrics.jsonl rows, the last one per (split, step), by step.
     evals: split ("test", "ood") -> that eval_<split>.json; absent splits
       were not evaluated.
-    config: the whole config.json (model, train, optim, data), for figures
-      that tell runs apart by other settings (attention options, init_from).
+    config: the whole config.json (model, train, optim, data), for what a
+      run did (attention options, init_from).
+    settings: the sweep values its plan recorded (TrainConfig.settings, e.g.
+      {"kernel": "gelu"}); figures tell runs apart and group them by these.
+      Empty for a run trained by hand: then by its config.
     diverged: diverged.json (train/loop.py writes it when a NaN or Inf
       stops the run: step, last_checkpoint, reason), or None.
   """
@@ -54,6 +57,24 @@ class Run:
   evals: dict
   config: dict = dataclasses.field(default_factory=dict)
   diverged: dict | None = None
+
+  @property
+  def settings(self):
+    return (self.config.get("train") or {}).get("settings") or {}
+
+  def setting(self, name, fallback):
+    """The recorded sweep value `name`, else `fallback` (from the config) for runs without it."""
+    return self.settings.get(name, fallback)
+
+  @property
+  def identity(self):
+    """What makes this run a point of its study: its recorded settings, else the config's
+    attention options, depth, init_from and seed (a run trained by hand)."""
+    if self.settings:
+      return json.dumps(self.settings, sort_keys=True, default=str)
+    derived = [self.config.get(group, {}).get(field) for group, field in (
+        ("model", "attention_options"), ("model", "num_layers"), ("train", "init_from"))]
+    return json.dumps([derived, self.seed], sort_keys=True, default=str)
 
   @property
   def diverged_at(self):
@@ -173,8 +194,9 @@ def load_runs(paths):
 
   Raises:
     UserError: no folders, a folder given twice (it would count as two
-      seeds), two folders of one model and settings (attention options,
-      depth, init_from) with the same seed, or any load_run error.
+      seeds), two folders of one model with the same `Run.identity` (the
+      same recorded settings, or for runs without them the same attention
+      options, depth, init_from and seed), or any load_run error.
   """
   if not paths:
     raise UserError("no run folders given (--runs RUN [RUN ...])")
@@ -187,22 +209,22 @@ def load_runs(paths):
   runs = [load_run(path) for path in paths]
   keys = {}
   for run in runs:
-    settings = [run.config.get(group, {}).get(field) for group, field in (
-        ("model", "attention_options"), ("model", "num_layers"), ("train", "init_from"))]
-    key = (run.direction, run.label, run.seed, json.dumps(settings, sort_keys=True, default=str))
+    key = (run.direction, run.label, run.identity)
     if key in keys:
-      raise UserError(f"{run.path} and {keys[key]}: both are {model_label(run)} seed {run.seed}; "
-                      "give one run per model and seed")
+      what = (f"recorded settings {run.identity}" if run.settings else f"seed {run.seed}")
+      raise UserError(f"{run.path} and {keys[key]}: both are {model_label(run)} with {what}; "
+                      "give one run per model and setting")
     keys[key] = run.path
   return _named_by_depth(runs)
 
 
 def _named_by_depth(runs):
   """Runs of one model that differ in depth (Fig. 7 right) get it in their label: 'Transformer 2-layer'."""
+  depth = lambda run: run.setting("layers", run.config["model"].get("num_layers"))
   depths = {}
   for run in runs:
-    depths.setdefault((run.direction, run.label), set()).add(run.config["model"].get("num_layers"))
-  return [dataclasses.replace(run, label=f"{run.label} {run.config['model'].get('num_layers')}-layer")
+    depths.setdefault((run.direction, run.label), set()).add(depth(run))
+  return [dataclasses.replace(run, label=f"{run.label} {depth(run)}-layer")
           if len(depths[(run.direction, run.label)]) > 1 else run for run in runs]
 
 

@@ -1,5 +1,6 @@
 """`performer reproduce`: build the plan of a budget, check it, and hand it to a launcher."""
 
+import dataclasses
 import importlib.util
 import shlex
 import time
@@ -7,9 +8,64 @@ import time
 from performer import plans
 from performer.atomic import writable_folder
 from performer.errors import UserError
+from performer.flags import flag
 from performer.plans import local, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
+SUMMARY = "every study of the paper as one plan, run here or on a SLURM cluster"
+DESCRIPTION = ("Builds the plan of a budget: data, training runs, evals, probes, tables and "
+               "figures, each a job that starts when the jobs it needs are done. Finished jobs are "
+               "skipped (a job is done when its outputs exist and its stamp has the same "
+               "fingerprint of its resolved config), a killed run resumes from its checkpoint: run "
+               "the same command again after an interruption. SIGTERM or Ctrl-C makes every "
+               "running train save, then stops.")
+
+
+def epilog():
+  """The studies and budgets, for --help."""
+  return ("studies (--only takes these, or job names; --status lists the jobs):\n  "
+          + "\n  ".join(plans.summaries()) + "\n\nbudgets: tiny (the sample proteome, a few "
+          "steps: a check), mini (Swiss-Prot 2014_01, 2-layer models, a 2-core CPU; results/), "
+          "paper (36 layers, L = 1024: GPUs or a cluster)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Flags:
+  """The flags of `performer reproduce`."""
+  budget: str = flag("mini", "tiny, mini or paper")
+  only: str | None = flag(None, "studies or jobs to run, with the jobs they need",
+                          metavar="NAME[,NAME...]", shown="every study")
+  launcher: str = flag("local", "local: run here, --jobs at a time; slurm: one sbatch per job, "
+                       "with afterok dependencies (scripts/slurm/job.sbatch); print: the "
+                       "commands, in an order that respects needs, for any other scheduler",
+                       choices=LAUNCHERS)
+  jobs: int | None = flag(None, "local: jobs at a time, each pinned to its share of the cores",
+                          shown="2 for tiny and mini, 1 for paper")
+  status: bool = flag(False, "show each job's state (done, running, failed with its log's last "
+                             "lines, pending) and stop")
+  dry_run: bool = flag(False, "show what would run (slurm: the sbatch commands) and stop")
+  runs: str | None = flag(None, "folder of run workdirs, logs and the plan's state",
+                          shown="runs/reproduce/BUDGET")
+  results: str | None = flag(None, "tables, figures and probe results",
+                             shown="results/ for mini, RUNS/results otherwise")
+  data: str | None = flag(None, "a prepare-trembl dataset with an OOD split to use instead of "
+                                "preparing Swiss-Prot")
+  steps: int | None = flag(None, "TrainConfig.steps of every run")
+  gin_param: tuple[str, ...] = flag((), "a gin binding added to every run, e.g. "
+                                        "DataConfig.batch_size=1 (repeatable)", action="append",
+                                    name="--gin_param")
+  sbatch: tuple[str, ...] = flag(
+      (), "slurm: sbatch options of one job kind (train, eval, probe, figure, data) instead of "
+      "the defaults, e.g. --sbatch 'train=--gres=gpu:4 --time=48:00:00'", action="append",
+      metavar="KIND=ARGS")
+  swissprot_route: str = flag("debian", "Swiss-Prot 2014_01 from Debian's archive (as results/) "
+                              "or the current release from UniProt (scripts/get_swissprot.sh)",
+                              choices=("debian", "download"))
+  job: str | None = flag(None, "run this one job here in the foreground (what each SLURM job "
+                               "runs)", metavar="NAME")
+
+
+FLAGS = (Flags,)
 
 
 def main(args):

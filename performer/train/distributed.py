@@ -5,6 +5,7 @@ lists the devices of every process, and each jit runs on all of them (the
 mesh in sharding.py spans them). One process needs none of this.
 """
 
+import dataclasses
 import os
 import sys
 import threading
@@ -12,9 +13,25 @@ import threading
 import jax
 
 from performer.errors import UserError
+from performer.flags import flag
 
 
 DEFAULT_TIMEOUT = 300  # seconds, JAX's own default
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterFlags:
+  """One process of a multi-host job: the arguments of `initialize` as command-line flags."""
+  coordinator: str | None = flag(
+      None, "join a multi-process job (jax.distributed): the address of process 0's coordinator, "
+      "with --num-processes and --process-id; or 'auto' under SLURM, Open MPI or on a TPU pod, "
+      "which say all three (README: Running on a cluster)", metavar="HOST:PORT|auto",
+      shown="one process")
+  num_processes: int | None = flag(None, "processes in the job")
+  process_id: int | None = flag(None, "this process's index, from 0")
+  init_timeout: float = flag(DEFAULT_TIMEOUT, "how long to wait for every process of the job to "
+                             "connect before a one-line error, in seconds (JAX's)",
+                             metavar="SECONDS")
 
 
 def initialize(coordinator=None, num_processes=None, process_id=None, timeout=DEFAULT_TIMEOUT):

@@ -64,7 +64,8 @@ def test_labels_give_prepare_trembl_its_ood_split(labelled, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gecco", "--hmms", "x.h3m"], "give --hmms FILE or --gecco (not both)"),
+    (["--gecco", "--hmms", "x.h3m"], "give --hmms FILE or --gecco, not both"),
+    ([], "give --hmms FILE or --gecco"),
     (["--hmms", "/nonexistent.h3m"], "/nonexistent.h3m: not a readable HMMER3 file"),
     (["--gecco", "--sample", "0"], "--sample must be >= 1"),
     (["--gecco", "--ood-fraction", "1.5"], "--ood-fraction must be in (0, 1)"),

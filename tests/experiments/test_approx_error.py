@@ -8,7 +8,7 @@ import pytest
 
 from performer import cli
 from performer.errors import UserError
-from performer.experiments import approx_error
+from performer.experiments import approx_error, results
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def small_run(tmp_path_factory):
       variants=(("positive", "orthogonal", "chi"), ("positive", "iid", "chi"),
                 ("trig", "orthogonal", "chi"), ("trig", "iid", "chi")))
   out = tmp_path_factory.mktemp("ae") / "sub" / "result.json"
-  rows, _ = approx_error.main(cfg, str(out), progress=False)
+  rows = results.main(approx_error, cfg, str(out), progress=False)[0].rows
   return cfg, rows, out
 
 
@@ -68,7 +68,7 @@ def test_mse_matches_an_independent_computation():
   cfg = approx_error.ApproxErrorConfig(seq_len=64, dim=8, features=(16,), samples=2,
                                        input_scales=(1.0,),
                                        variants=(("positive", "iid", "chi"),))
-  (row,) = approx_error.run(cfg, progress=False)
+  (row,) = approx_error.run(cfg, progress=False).rows
   mses = []
   for sample in range(2):
     q, k, v = (np.asarray(a[0, :, 0], np.float64) for a in approx_error._inputs(cfg, 1.0, sample))
@@ -116,19 +116,19 @@ def test_parse_variants():
     approx_error.parse_variants("positive/iid")
   with pytest.raises(UserError, match="empty"):
     approx_error.parse_variants("")
-  assert all(v[1] != "hadamard" for v in approx_error.default_variants(12))
-  assert any(v[1] == "hadamard" for v in approx_error.default_variants(16))
+  assert all(v[1] != "hadamard" for v in approx_error.ApproxErrorConfig(dim=12).variants)
+  assert any(v[1] == "hadamard" for v in approx_error.ApproxErrorConfig(dim=16).variants)
 
 
 def test_unwritable_output_fails_before_the_sweep(tmp_path):
   cfg = approx_error.ApproxErrorConfig(seq_len=8, dim=4, features=(4,), samples=1,
                                        input_scales=(1.0,))
   with pytest.raises(UserError, match="is a folder"):
-    approx_error.main(cfg, str(tmp_path), progress=False)
+    results.main(approx_error, cfg, str(tmp_path), progress=False)
   blocker = tmp_path / "file"
   blocker.write_text("")
   with pytest.raises(UserError, match="cannot create folder"):
-    approx_error.main(cfg, str(blocker / "sub" / "r.json"), progress=False)
+    results.main(approx_error, cfg, str(blocker / "sub" / "r.json"), progress=False)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
@@ -138,7 +138,7 @@ def test_an_output_folder_that_refuses_files_fails_before_the_sweep(monkeypatch)
                                        input_scales=(1.0,))
   monkeypatch.setattr(approx_error, "run", lambda *a, **k: pytest.fail("swept first"))
   with pytest.raises(UserError, match="cannot write to folder /proc"):
-    approx_error.main(cfg, "/proc/approx_error.json", progress=False)
+    results.main(approx_error, cfg, "/proc/approx_error.json", progress=False)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -12,7 +12,7 @@ import pytest
 from performer import cli, configurables, favor
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.experiments import aa_similarity, attention_maps
+from performer.experiments import aa_similarity, attention_maps, results
 from performer.train import loop
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
@@ -182,7 +182,7 @@ def _maps(runs, name, fasta_file, tmp_path, accession="P00002", layers=None):
   out = str(tmp_path / f"{name}.json")
   cfg = attention_maps.MapsConfig(run=runs[name], fasta=fasta_file, accession=accession,
                                   layers=layers)
-  attention_maps.main(cfg, out)
+  results.main(attention_maps, cfg, out)
   with open(out) as f:
     record = json.load(f)
   with np.load(os.path.join(tmp_path, record["arrays"])) as npz:
@@ -249,8 +249,9 @@ def test_map_descriptions_name_what_each_matrix_is():
 
 def test_maps_errors_are_user_errors(runs, fasta_file, tmp_path):
   run = runs["b_performer_softmax"]
-  main = lambda out="m.json", **kw: attention_maps.main(
-      attention_maps.MapsConfig(run=run, fasta=fasta_file, **kw), str(tmp_path / out))
+  main = lambda out="m.json", **kw: results.main(
+      attention_maps, attention_maps.MapsConfig(run=run, fasta=fasta_file, **kw),
+      str(tmp_path / out))
   with pytest.raises(UserError, match="LONG1 has 40 residues; the sequence is 40 tokens, past "
                      "the run's max_len 32"):
     main(accession="LONG1")
@@ -261,8 +262,8 @@ def test_maps_errors_are_user_errors(runs, fasta_file, tmp_path):
   with pytest.raises(UserError, match="give a .json file"):
     main(out="m.npz", accession="P00002")
   with pytest.raises(UserError, match="no config.json"):
-    attention_maps.main(attention_maps.MapsConfig(run=str(tmp_path), fasta=fasta_file),
-                        str(tmp_path / "x.json"))
+    results.main(attention_maps, attention_maps.MapsConfig(run=str(tmp_path), fasta=fasta_file),
+                 str(tmp_path / "x.json"))
   assert not os.path.exists(tmp_path / "m.json") and not os.path.exists(tmp_path / "m.npz")
 
 
@@ -328,7 +329,8 @@ def test_aa_similarity_equals_a_direct_numpy_computation(runs):
   run = runs["b_performer_softmax"]
   cfg = aa_similarity.SimilarityConfig(run=run, sequences=5, batch_size=2, min_attention=0.04,
                                        min_total=0.0)
-  rows, extra = aa_similarity.run(cfg, progress=False)
+  result = aa_similarity.run(cfg, progress=False)
+  rows, extra = result.rows, result.extra
   assert [r["maps"] for r in rows] == ["favor", "exact"] and extra["sequences_used"] == 5
 
   # Directly: the five in one batch (no empty examples), numpy sums over residue positions.

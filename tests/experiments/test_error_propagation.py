@@ -14,7 +14,7 @@ import pytest
 from performer import cli, configurables
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.experiments import error_propagation, trained
+from performer.experiments import error_propagation, results, trained
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 
@@ -167,7 +167,8 @@ def test_more_features_give_smaller_errors(result):
 def test_exact_against_exact_is_zero(run_dir, tmp_path):
   cfg = error_propagation.ErrorPropagationConfig(run=run_dir, attention="exact", features=(4,),
                                                  **{**SMALL, "draws": 2})
-  rows, _ = error_propagation.main(cfg, str(tmp_path / "control.json"), progress=False)
+  rows = results.main(error_propagation, cfg, str(tmp_path / "control.json"),
+                      progress=False)[0].rows
   assert len(rows) == 2 * 3 + 3 * 3  # trained 2 layers, init --init-layers 3
   assert {r["num_layers"] for r in rows if r["setting"] == "init"} == {3}
   assert all(r["errors"] == [0.0, 0.0] for r in rows)
@@ -182,7 +183,7 @@ def test_refuses_runs_without_checkpoints_or_config(run_dir, tmp_path):
                           (tmp_path, "no config.json")):
     cfg = error_propagation.ErrorPropagationConfig(run=str(folder), **SMALL)
     with pytest.raises(UserError, match=message):
-      error_propagation.main(cfg, str(tmp_path / "x.json"), progress=False)
+      results.main(error_propagation, cfg, str(tmp_path / "x.json"), progress=False)
   assert not (tmp_path / "x.json").exists()
 
 
@@ -212,4 +213,4 @@ def test_refuses_a_model_that_is_not_exact(data, tmp_path):
   cfg = error_propagation.ErrorPropagationConfig(run=run, **SMALL)
   with pytest.raises(UserError, match="a model with attention 'performer_softmax'; error "
                      "propagation compares a Transformer with FAVOR on its weights"):
-    error_propagation.main(cfg, str(tmp_path / "x.json"), progress=False)
+    results.main(error_propagation, cfg, str(tmp_path / "x.json"), progress=False)

@@ -8,7 +8,7 @@ import pytest
 
 from performer import cli
 from performer.errors import UserError
-from performer.experiments import lemma2
+from performer.experiments import lemma2, results
 from performer.favor import theory
 
 SMALL = {"features": 32, "angles": 16, "lengths": 8, "slice_angles": 8, "samples": 4000}
@@ -18,7 +18,8 @@ SMALL = {"features": 32, "angles": 16, "lengths": 8, "slice_angles": 8, "samples
 def small_run(tmp_path_factory):
   cfg = lemma2.Lemma2Config(**SMALL)
   out = tmp_path_factory.mktemp("lemma2") / "sub" / "lemma2.json"
-  rows, extra, _ = lemma2.main(cfg, str(out), progress=False)
+  result, _ = results.main(lemma2, cfg, str(out), progress=False)
+  rows, extra = result.rows, result.extra
   return cfg, rows, extra, out
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from performer.errors import UserError
 from performer import memory
-from performer.experiments import speed
+from performer.experiments import results, speed
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
@@ -56,7 +56,8 @@ def test_layer_only_times_the_scan_reference_and_matches_rows_to_flags(tmp_path)
   cfg = speed.SpeedConfig(configs=("small",), attentions=("performer_relu", speed.SCAN),
                           directions=("bidirectional", "causal"), modes=("fwdbwd",),
                           seq_lens=(24,), layer=True, repeats=1, chunk_sizes=(8,))
-  rows, matmul = speed.run(cfg, progress=False, log=lambda s: None)
+  result = speed.run(cfg, progress=False, log=lambda s: None)
+  rows, matmul = result.rows, result.extra["matmul"]
   assert matmul["status"] == "ok"
   # The scan reference is causal only; chunk sizes apply to the Performers only.
   assert [(r["attention"], r["direction"], r["chunk_size"]) for r in rows] == [
@@ -74,7 +75,7 @@ def test_measured_peak_memory_agrees_with_xla_buffer_plan():
   cfg = speed.SpeedConfig(configs=("regular",), attentions=("performer_softmax",),
                           directions=("bidirectional",), modes=("fwdbwd",), seq_lens=(4096,),
                           layer=True, repeats=1)
-  (row,), _ = speed.run(cfg, progress=False, log=lambda s: None)
+  (row,) = speed.run(cfg, progress=False, log=lambda s: None).rows
   assert row["status"] == "ok" and row["memory_source"] == "process_rss"
   assert row["xla_bytes"] > 3 * 4096 * 512 * 4  # at least q, k, v
   assert 0.95 < row["peak_bytes"] / row["xla_bytes"] < 1.25, (row["peak_bytes"], row["xla_bytes"])
@@ -84,7 +85,7 @@ def test_memory_cap_gives_oom_rows_and_stops_the_series():
   cfg = speed.SpeedConfig(configs=("small",), attentions=("exact",), directions=("causal",),
                           modes=("fwd",), seq_lens=(16, 32, 64), repeats=1, memory_cap=1024)
   logged = []
-  rows, _ = speed.run(cfg, progress=False, log=logged.append)
+  rows = speed.run(cfg, progress=False, log=logged.append).rows
   assert len(rows) == 1, rows  # longer L are not attempted
   assert rows[0]["status"] == "oom" and rows[0]["detail"].endswith("than the 1.0 KiB memory cap")
   assert "median_ms" not in rows[0]
@@ -94,7 +95,7 @@ def test_memory_cap_gives_oom_rows_and_stops_the_series():
 def test_time_cap_gives_a_timeout_row():
   cfg = speed.SpeedConfig(configs=("small",), attentions=("identity",), directions=("causal",),
                           modes=("fwd",), seq_lens=(16, 32), repeats=1, time_cap=0.05)
-  rows, _ = speed.run(cfg, progress=False, log=lambda s: None)
+  rows = speed.run(cfg, progress=False, log=lambda s: None).rows
   assert [r["status"] for r in rows] == ["timeout"]
   assert "0.05 s time cap" in rows[0]["detail"]
 
@@ -196,7 +197,7 @@ def test_nothing_is_measured_before_the_output_is_checked(monkeypatch):
                           modes=("fwd",), seq_lens=(16,), repeats=1)
   monkeypatch.setattr(speed, "run", lambda *a, **k: pytest.fail("measured first"))
   with pytest.raises(UserError, match="cannot write to folder /proc"):
-    speed.main(cfg, "/proc/speed.json", progress=False)
+    results.main(speed, cfg, "/proc/speed.json", progress=False)
 
 
 def test_sizes_are_printed_with_a_unit_that_fits():

@@ -6,19 +6,21 @@ import pytest
 
 
 def write_run(root, name, attention, *, causal, seed=0, test=None, ood=None, metrics=(),
-              baseline=(0.095, 17.5), attention_options=None, diverged=None):
+              baseline=(0.095, 17.5), attention_options=None, diverged=None, settings=None,
+              num_layers=2):
   """Writes root/name with config.json, metrics.jsonl and eval files; returns the folder as str.
 
   test, ood: (accuracy, perplexity) of eval_test.json / eval_ood.json, or None for no file.
   metrics: (step, split, accuracy, perplexity, loss) rows.
   attention_options: the config's model.attention_options, or None for none.
   diverged: the step of a diverged.json as train/loop.py writes it, or None for no file.
+  settings: the sweep values a plan records (TrainConfig.settings), or None for a run by hand.
   """
   folder = root / name
   folder.mkdir(parents=True)
   (folder / "config.json").write_text(json.dumps(
-      {"model": {"attention": attention, "causal": causal, "num_layers": 2},
-       "train": {"seed": seed, "steps": 20}}))
+      {"model": {"attention": attention, "causal": causal, "num_layers": num_layers},
+       "train": {"seed": seed, "steps": 20, **({"settings": settings} if settings else {})}}))
   if attention_options is not None:
     config = json.loads((folder / "config.json").read_text())
     config["model"]["attention_options"] = attention_options

@@ -27,6 +27,18 @@ def _finetuned(make_run, name, attention, options, *, source, causal=True, start
   return path
 
 
+def test_a_plan_run_is_named_by_its_recorded_variant(make_run):
+  source = make_run("source", "exact", causal=True)
+  path = _finetuned(make_run, "smreg", "performer_softmax", {"scaling": "sqrt_d"}, source=source)
+  with open(f"{path}/config.json") as f:
+    config = json.load(f)
+  for recorded, name in (("smreg", "Performer SMREG"), ("no_redraw", "Performer positive, no redraw")):
+    config["train"]["settings"] = {"direction": "u", "source": "u_exact", "variant": recorded}
+    with open(f"{path}/config.json", "w") as f:
+      json.dump(config, f)
+    assert backward_compat.variant(runs.load_run(path)) == name  # the setting, not the options
+
+
 def test_variants_are_named_from_attention_and_options(make_run):
   source = make_run("source", "exact", causal=True, metrics=[(100, "valid", 0.113, 17.0, 2.8)])
   cases = {

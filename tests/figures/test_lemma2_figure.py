@@ -8,7 +8,7 @@ import pytest
 
 from performer import cli, figures
 from performer.errors import UserError
-from performer.experiments import lemma2
+from performer.experiments import lemma2, results
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def record(tmp_path_factory):
   """The JSON record of a small real `lemma2` run (the sizes of tests/experiments/test_lemma2.py)."""
   cfg = lemma2.Lemma2Config(features=32, angles=16, lengths=8, slice_angles=8, samples=4000)
   out = tmp_path_factory.mktemp("lemma2") / "lemma2.json"
-  lemma2.main(cfg, str(out), progress=False)
+  results.main(lemma2, cfg, str(out), progress=False)
   return json.loads(out.read_text())
 
 

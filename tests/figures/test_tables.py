@@ -9,6 +9,7 @@ import pytest
 from performer import cli, figures
 from performer.errors import UserError
 from performer.figures import claims, paper
+from performer.figures import runs as runs_lib
 
 
 def _table(path):
@@ -181,6 +182,28 @@ def test_bad_run_folders_fail_with_one_line_naming_the_path(tmp_path, make_run, 
   assert cli.main(["figure", "table2", "--runs", good, "--metric", "loss"]) == 2
   assert "--metric applies to curves only" in capsys.readouterr().err
   assert not (tmp_path / "t.md").exists()
+
+
+def test_runs_are_told_apart_by_their_recorded_settings_else_by_their_config(make_run):
+  # Plan runs: the sweep values they recorded. Two feature seeds of one model are two points
+  # (their configs differ only inside attention options the figure would otherwise compare).
+  a = make_run("a", "performer_softmax", causal=True, settings={"feature_seed": 1})
+  b = make_run("b", "performer_softmax", causal=True, settings={"feature_seed": 2})
+  assert [r.setting("feature_seed", None) for r in runs_lib.load_runs([a, b])] == [1, 2]
+  again = make_run("again", "performer_softmax", causal=True, settings={"feature_seed": 1})
+  with pytest.raises(UserError, match=r'both are \(U\) Performer-softmax with recorded settings \{"feature_seed": 1\}'):
+    runs_lib.load_runs([a, again])
+  # Depth from the recorded `layers` (Fig. 7), else from the config.
+  deep = make_run("deep", "exact", causal=True, settings={"layers": 3}, num_layers=3)
+  flat = make_run("flat", "exact", causal=True, settings={"layers": 1}, num_layers=1)
+  assert [r.label for r in runs_lib.load_runs([deep, flat])] == [
+      "Transformer 3-layer", "Transformer 1-layer"]
+  # Runs trained by hand: by their config; the same options and seed are one point.
+  h1 = make_run("h1", "exact", causal=True, seed=0)
+  h2 = make_run("h2", "exact", causal=True, seed=1)
+  assert len(runs_lib.load_runs([h1, h2])) == 2
+  with pytest.raises(UserError, match="both are .U. Transformer with seed 0; give one run per"):
+    runs_lib.load_runs([h1, make_run("h3", "exact", causal=True, seed=0)])
 
 
 def test_table2_cli_default_out_in_the_runs_parent(tmp_path, make_run, capsys):

@@ -1,0 +1,133 @@
+"""Command-line flags built from typed configs: one dataclass field, one flag, one default.
+
+A command's options are the fields of a dataclass declared with `flag(...)`;
+`add` turns them into argparse arguments (name, type, default and help from
+the field) and `build` turns the parsed namespace back into the dataclass, so
+a default is written once, on the field. Fields declared without `flag` are
+not flags (the caller passes them to `build`).
+
+The flag of field `seq_len` is `--seq-len`; its type comes from the
+annotation: int, float, str, bool (a switch: `--x` when the default is
+False, `--no-x` when it is True), `T | None`, and tuple[int | float | str,
+...] given comma-separated. Other types name a parser (`parse=`).
+"""
+
+import argparse
+import dataclasses
+import types
+import typing
+
+from performer.errors import UserError
+
+
+def flag(default=dataclasses.MISSING, help="", *, name=None, parse=None, shown=None,  # pylint: disable=redefined-builtin
+         positional=False, **argparse_kw):
+  """A dataclass field that is also a command-line flag.
+
+  Args:
+    default: the field's default (dataclasses.MISSING: a required flag).
+    help: what the flag does; "(default X)" is appended from `default`
+      unless `shown` says otherwise.
+    name: the flag, when not --field-name (e.g. "--input-scale").
+    parse: text -> value, for types the annotation does not name; may raise
+      UserError or argparse.ArgumentTypeError. (As argparse does, a str
+      default goes through it too.)
+    shown: the default as the help states it ("" for none), when
+      `default` itself does not read well (None meaning "the run's").
+    positional: an argument without a leading --.
+    **argparse_kw: passed to add_argument (choices, metavar, nargs, action).
+  """
+  metadata = {"help": help, "name": name, "parse": parse, "shown": shown,
+              "positional": positional, "argparse": argparse_kw}
+  if isinstance(default, (list, dict, set)):
+    raise TypeError("flag defaults must be immutable (use a tuple)")
+  return dataclasses.field(default=default, metadata={"flag": metadata})
+
+
+def split(text, kind=str):
+  """'a,b,c' -> ('a', 'b', 'c') converted by kind; blanks dropped."""
+  try:
+    return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
+  except ValueError:
+    noun = {int: "integers", float: "numbers"}.get(kind, "values")
+    raise argparse.ArgumentTypeError(f"expected comma-separated {noun}, got {text!r}") from None
+
+
+def add(parser, cls):
+  """Adds an argument to `parser` for every flag field of dataclass `cls`."""
+  for field in dataclasses.fields(cls):
+    meta = field.metadata.get("flag")
+    if meta is None:
+      continue
+    kw = dict(meta["argparse"])
+    required = field.default is dataclasses.MISSING
+    kind, many = _kind(field.type)
+    if kind is bool:
+      name = meta["name"] or "--" + ("no-" if field.default else "") + _dashed(field.name)
+      kw.setdefault("action", "store_false" if field.default else "store_true")
+    else:
+      name = meta["name"] or "--" + _dashed(field.name)
+      # nargs and append: argparse collects the words itself, one value each.
+      many = many and "nargs" not in kw and kw.get("action") != "append"
+      parse = meta["parse"] or (lambda text, k=kind, m=many: split(text, k) if m else k(text))
+      kw.setdefault("type", _argument_type(parse, kind))
+    shown = meta["shown"]
+    if shown is None:
+      shown = ("" if required or field.default is None or isinstance(field.default, bool)
+               else _show(field.default))
+    help_text = meta["help"] + (f" (default {shown})" if shown else "")
+    help_text = help_text.replace("%", "%%")
+    if meta["positional"]:
+      parser.add_argument(field.name, help=help_text, **kw)
+    else:
+      default = None if required else field.default
+      if kw.get("action") == "append":  # argparse appends to a copy of a list default
+        if default:
+          raise TypeError(f"{field.name}: an append flag's default must be empty")
+        default = None if required else []
+      if kind is not bool and "choices" not in kw:  # argparse shows the choices
+        kw.setdefault("metavar", name.lstrip("-").replace("-", "_").upper())
+      parser.add_argument(name, dest=field.name, required=required, default=default,
+                          help=help_text, **kw)
+
+
+def build(cls, args, **fields):
+  """The dataclass `cls` from parsed `args` (its flag fields) and `fields` (the rest)."""
+  values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if "flag" in f.metadata and f.name not in fields}
+  values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}  # nargs, append
+  return cls(**values, **fields)
+
+
+def _dashed(name):
+  return name.replace("_", "-")
+
+
+def _kind(annotation):
+  """(element type, whether a comma-separated tuple) of a field's annotation."""
+  if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+    rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return _kind(rest[0]) if len(rest) == 1 else (None, False)
+  if typing.get_origin(annotation) is tuple:
+    element = typing.get_args(annotation)[0]
+    return (element if element in (int, float, str) else None), True
+  return annotation, False
+
+
+def _argument_type(parse, kind):
+  """`parse` as an argparse type: a UserError becomes argparse's one-line usage error."""
+  def parsed(text):
+    try:
+      return parse(text)
+    except UserError as e:
+      raise argparse.ArgumentTypeError(str(e)) from None
+  parsed.__name__ = getattr(kind, "__name__", "value")  # argparse's "invalid int value: 'x'"
+  return parsed
+
+
+def _show(value):
+  if isinstance(value, tuple):
+    return ",".join(_show(v) for v in value)
+  if isinstance(value, float):
+    return f"{value:g}"
+  return str(value)
