@@ -1,6 +1,7 @@
 """Write-then-rename, so that an output file appears complete or not at all."""
 
 import contextlib
+import errno
 import fcntl
 import os
 import shlex
@@ -61,8 +62,10 @@ def writable_folder(folder):
     raise UserError(f"cannot create folder {folder}: {e.strerror}") from None
   try:  # a real file, not os.access: root passes that check where writes still fail (/proc)
     fd, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-  except OSError as e:
-    raise UserError(f"cannot write to folder {folder}: {e.strerror}") from None
+  except OSError as e:  # /proc answers "No such file or directory" for a folder that exists
+    reason = ("it accepts no new files (a virtual or read-only file system)"
+              if e.errno == errno.ENOENT and os.path.isdir(folder) else e.strerror)
+    raise UserError(f"cannot write to folder {folder}: {reason}") from None
   os.close(fd)
   os.unlink(probe)
 

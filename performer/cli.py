@@ -41,6 +41,7 @@ def _experiment(module, args):
   if getattr(module, "GIN", False):
     from performer import configurables  # pylint: disable=import-outside-toplevel
     configurables.parse(args.gin, args.gin_param)
+    configurables.check_names_a_model()
     given["run"] = configurables.resolve().to_json()
   cfg = flags.build(module.CONFIG, args, **given)
   result, seconds = results.main(module, cfg, args.out)
@@ -55,11 +56,16 @@ def _train(args):
   from performer import configurables  # pylint: disable=import-outside-toplevel
   from performer.train import distributed, loop  # pylint: disable=import-outside-toplevel
   configurables.parse(args.gin, args.gin_param)  # UserError names a bad file or binding
+  configurables.check_names_a_model()
   loop.check_workdir(args.workdir)
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
   cfg = configurables.resolve()
   distributed.say(f"process {_processes()}; workdir {args.workdir}")
+  m = cfg.model
+  distributed.say(f"model: ({'U' if m.causal else 'B'}) {m.attention}, {m.num_layers} layers, "
+                  f"d_model {m.d_model}, {m.num_heads} heads, L {cfg.data.seq_len}, {m.dtype}; "
+                  f"data {cfg.data.path} ({cfg.data.task})")
   valid = loop.run(cfg, args.workdir, records={"config.gin": configurables.operative_config()})
   if valid:
     distributed.say("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))

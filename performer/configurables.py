@@ -85,7 +85,9 @@ gin.add_config_file_search_path(os.path.dirname(os.path.dirname(os.path.abspath(
 @dataclasses.dataclass(frozen=True)
 class GinFlags:
   """The gin files and bindings of a command that trains (train, throughput)."""
-  gin: tuple[str, ...] = flag(help="gin config file (repeatable)", action="append")
+  gin: tuple[str, ...] = flag(help="gin config file (repeatable): an experiment config (gin/, "
+                                   "gin/mini/), then overlays such as gin/cluster/*.gin",
+                              action="append")
   gin_param: tuple[str, ...] = flag((), "extra gin binding NAME=VALUE, e.g. "
                                         "TrainConfig.steps=500 (repeatable)", action="append",
                                     name="--gin_param")
@@ -118,6 +120,24 @@ def parse(files, bindings):
     raise UserError(f"gin: {lines[0]}{where}") from None
   finally:
     logging.disable(logging.NOTSET)
+
+
+def check_names_a_model():
+  """Refuses parsed gin that names no model: an overlay (gin/cluster/*.gin, *_sizes.gin) alone.
+
+  Without an experiment config, training would silently fall back to the
+  dataclasses' defaults (a regular-size model on the sample data).
+
+  Raises:
+    UserError: ModelConfig.attention is bound by no file or binding.
+  """
+  try:
+    gin.query_parameter("ModelConfig.attention")
+  except ValueError:
+    raise UserError("the gin files name no model (ModelConfig.attention is unbound): "
+                    "gin/cluster/*.gin and *_sizes.gin are overlays; give an experiment config "
+                    "first, e.g. --gin gin/mini/trembl_u_exact.gin --gin gin/cluster/bfloat16.gin"
+                    ) from None
 
 
 def _unquoted(value):

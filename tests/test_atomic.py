@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from performer.atomic import atomic_path, exclusive_lock
+from performer.atomic import atomic_path, check_writable, exclusive_lock
 from performer.errors import UserError
 
 
@@ -98,3 +98,9 @@ def test_exclusive_lock_is_released_on_error_and_never_takes_a_users_file(tmp_pa
     with exclusive_lock(str(lock), "x"):
       pass
   assert lock.read_text() == "my notes"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")
+def test_a_folder_that_refuses_new_files_is_not_called_missing():
+  with pytest.raises(UserError, match="cannot write to folder /proc: it accepts no new files"):
+    check_writable("/proc/out.json")

@@ -33,7 +33,7 @@ import os
 from tqdm import tqdm
 
 from performer import atomic, flags
-from performer.data import fasta
+from performer.data import fasta, vocab
 from performer.errors import UserError
 from performer.flags import flag
 
@@ -63,6 +63,9 @@ class LabelConfig:
   ood_fraction: float = flag(0.01, "share of all sequences to hold out as whole families")
   seed: int = flag(0, "salt of the sample and family order")
   cpus: int = flag(0, "hmmsearch threads (0: all cores)")
+  invalid: str = flag("skip", "records with characters outside the 25 amino-acid letters: drop "
+                              "them (counted), map those characters to X, or stop with an "
+                              "error, as prepare-trembl --invalid", choices=fasta.POLICIES)
 
   def __post_init__(self):
     if not self.hmms:
@@ -80,19 +83,41 @@ def _rank(text, seed):
   return int.from_bytes(hashlib.blake2b(f"{seed}:{text}".encode(), digest_size=8).digest(), "big")
 
 
-def read_sequences(paths):
+def read_sequences(paths, invalid="skip", counts=None):
   """Yields (accession, residues as str) of every record; accession as prepare-trembl keys it.
 
+  Lower case is folded and one trailing '*' dropped. A record with
+  characters outside the 25 amino-acid letters (vocab.AMINO_ACIDS) follows
+  `invalid` as prepare-trembl's --invalid does: skip drops it, map-to-x turns
+  them into X, fail raises. `counts` (a dict), if given, gets skipped_invalid
+  and mapped_to_x.
+
   Raises:
-    UserError: an unreadable, corrupt or non-FASTA file (from fasta.read_blocks).
+    UserError: an unreadable, corrupt or non-FASTA file (from fasta.read_blocks),
+      or under `fail` a record with such a character.
   """
+  counts = {} if counts is None else counts
+  counts.update(skipped_invalid=0, mapped_to_x=0)
+  letters = set(vocab.AMINO_ACIDS)
   for path in paths:
     for block, _, _ in fasta.read_blocks(path, {}):
       for record in block.decode("utf-8", "replace").split("\n>"):
         header, _, body = record.lstrip(">").partition("\n")
-        residues = "".join(body.split()).upper().rstrip("*")
-        if residues:
-          yield fasta.accession(header), residues
+        residues = "".join(body.split()).upper()
+        residues = residues[:-1] if residues.endswith("*") else residues
+        if not residues:
+          continue
+        bad = set(residues) - letters
+        if bad:
+          if invalid == "fail":
+            raise UserError(f"{path}: record {fasta.accession(header)!r} has {min(bad)!r}, not "
+                            "one of the 25 amino-acid letters (use --invalid skip or map-to-x)")
+          if invalid == "skip":
+            counts["skipped_invalid"] += 1
+            continue
+          residues = "".join("X" if c in bad else c for c in residues)
+          counts["mapped_to_x"] += 1
+        yield fasta.accession(header), residues
 
 
 def load_hmms(path):
@@ -135,8 +160,8 @@ def search(hmms, sequences, cpus, desc):
   for acc, res in sequences:
     try:
       digital.append(easel.TextSequence(name=acc.encode(), sequence=res).digitize(alphabet))
-    except ValueError:  # a letter outside Easel's amino alphabet: such a record gets no label
-      pass
+    except ValueError as e:  # read_sequences let only the 25 amino-acid letters through
+      raise AssertionError(f"{acc}: Easel refused a checked sequence ({e})") from None
   block = easel.DigitalSequenceBlock(alphabet, digital)
   hits = {}
   with tqdm(total=len(hmms), desc=desc, unit="HMM", mininterval=5) as bar:
@@ -182,10 +207,13 @@ def label(cfg, out, *, progress=True):
       raise UserError(f"{path}: {100 * share:.0f}% of the first {seen:,} residues are A, C, G, T, "
                       f"U or N: this looks like DNA/RNA, not protein")
   hmms = load_hmms(cfg.hmms)
-  sequences = list(tqdm(read_sequences(cfg.inputs), desc="reading", unit=" seq",
-                        mininterval=5, disable=not progress))
+  counts = {}
+  sequences = list(tqdm(read_sequences(cfg.inputs, cfg.invalid, counts), desc="reading",
+                        unit=" seq", mininterval=5, disable=not progress))
   if not sequences:
-    raise UserError(f"no sequences in {', '.join(cfg.inputs)}")
+    skipped = f" ({counts['skipped_invalid']:,} skipped by --invalid skip)" if counts[
+        "skipped_invalid"] else ""
+    raise UserError(f"no sequences in {', '.join(cfg.inputs)}{skipped}")
   total = len(sequences)
   sample = heapq.nsmallest(cfg.sample, sequences, key=lambda s: _rank(s[0], cfg.seed))
   survey = search(hmms, sample, cfg.cpus, f"survey of {len(sample):,} sequences")
@@ -194,7 +222,8 @@ def label(cfg, out, *, progress=True):
   complete = search(held_hmms, sequences, cfg.cpus, f"{len(held)} held-out families, all sequences")
   rows = sorted({(acc, fam) for fam, accs in {**survey, **complete}.items() for acc in accs})
   ood = set().union(*complete.values()) if complete else set()
-  summary = {"config": dataclasses.asdict(cfg), "sequences": total, "sample": len(sample),
+  summary = {"config": dataclasses.asdict(cfg), "sequences": total, **counts,
+             "sample": len(sample),
              "hmms": len(hmms), "families_in_survey": len(survey),
              "sample_sequences_with_a_hit": len(set().union(*survey.values())) if survey else 0,
              "held_out_families": held, "held_out_sequences": len(ood), "rows": len(rows)}
@@ -253,6 +282,9 @@ def main(args):
   from performer.data import samples  # pylint: disable=import-outside-toplevel
   if args.hmms and args.gecco:
     raise UserError("give --hmms FILE or --gecco, not both")
+  if os.path.isdir(args.out):
+    raise UserError(f"--out {args.out} is a folder: give the file to write (the 'accession "
+                    "family' table)")
   cfg = flags.build(LabelConfig, args, **({"hmms": samples.fetch("pfam")} if args.gecco else {}))
   if os.path.exists(args.out) and not args.force:
     done = finished(cfg, args.out)  # UserError if it holds other labels
@@ -260,6 +292,9 @@ def main(args):
           f"sequences); nothing to do (--force labels again)")
     return
   s = label(cfg, args.out)
+  if s["skipped_invalid"] or s["mapped_to_x"]:
+    print(f"{s['skipped_invalid']:,} records skipped and {s['mapped_to_x']:,} mapped to X for "
+          "characters outside the 25 amino-acid letters (--invalid)")
   print(f"{s['sample']:,} of {s['sequences']:,} sequences surveyed with {s['hmms']:,} HMMs: "
         f"{s['families_in_survey']:,} families hit; held out {len(s['held_out_families'])} "
         f"families, {s['held_out_sequences']:,} sequences")

@@ -155,8 +155,31 @@ def projection_for(cfg, variant, m, sample):
   return favor.projection(key, m, cfg.dim, kind, scaling)
 
 
+def check_norms(cfg):
+  """Refuses input scales whose scaled queries or keys pass favor.MAX_NORM.
+
+  Past it the softmax kernels' features (all exponential) overflow float32
+  and FAVOR gives NaN (favor_attention); the sweep would write NaN rows.
+
+  Raises:
+    UserError: naming the first such scale and its largest norm.
+  """
+  for scale in cfg.input_scales:
+    largest = max(float(jnp.max(jnp.linalg.norm(t[0, :, 0], axis=-1))) * cfg.dim ** -0.25
+                  for i in range(cfg.samples) for t in _inputs(cfg, scale, i)[:2])
+    if largest > favor.MAX_NORM:
+      raise UserError(f"--input-scale {scale:g}: scaled queries and keys reach |x| = "
+                      f"{largest:.4g}, past favor.MAX_NORM = {favor.MAX_NORM:g}, where the "
+                      "softmax kernels' features overflow float32; use smaller scales")
+
+
 def run(cfg, *, progress=True):
-  """Runs the sweep. Returns a Result whose rows are one per (scale, variant, m)."""
+  """Runs the sweep. Returns a Result whose rows are one per (scale, variant, m).
+
+  Raises:
+    UserError: see `check_norms` (checked before the sweep).
+  """
+  check_norms(cfg)
   errors = {}  # (scale, variant, m) -> [mse per sample]
   norms = {}  # scale -> [mean |x| of scaled queries and keys, logit std]
   steps = [(s, i) for s in cfg.input_scales for i in range(cfg.samples)]

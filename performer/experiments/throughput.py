@@ -59,11 +59,17 @@ class ThroughputConfig:
   def __post_init__(self):
     if not self.devices or min(self.devices) < 1:
       raise UserError(f"--devices must be counts >= 1, got {self.devices}")
-    if self.log_every < 1 or self.steps < 2 * self.log_every:
+    if self.log_every < 1:
+      raise UserError(f"--log-every must be >= 1, got {self.log_every}")
+    if self.steps < 2 * self.log_every:
       raise UserError(f"--steps ({self.steps}) must be at least twice --log-every "
                       f"({self.log_every}): the first log_every steps are not timed")
     if self.platform not in ("cpu", "gpu"):
       raise UserError(f"--platform must be cpu or gpu, got {self.platform!r}")
+    batch = self.run.get("data", {}).get("batch_size")
+    for n in self.devices:
+      if batch and batch % n:  # as train checks: each device takes an equal share
+        raise UserError(f"--devices {n}: DataConfig.batch_size {batch} is not divisible by {n}")
 
 
 CONFIG = ThroughputConfig
@@ -121,6 +127,12 @@ def _worker(spec):
   from performer.train import state as state_lib  # pylint: disable=import-outside-toplevel
   from performer.train.config import Config  # pylint: disable=import-outside-toplevel
 
+  try:
+    jax.devices()
+  except RuntimeError as e:  # e.g. "Unable to initialize backend 'rocm'"
+    raise UserError(f"--platform {spec['platform']}: JAX here has no working {spec['platform']} "
+                    f"backend ({str(e).splitlines()[0]}); for NVIDIA GPUs install JAX's CUDA "
+                    "build: pip install -U 'jax[cuda12]'") from None
   steps, every = spec["steps"], spec["log_every"]
   cfg = Config.from_json(spec["run"])
   cfg = dataclasses.replace(

@@ -126,8 +126,18 @@ class TransformerLM(nnx.Module):
     return [b.attn.decode_init(batch, self.cfg.num_heads, self.cfg.head_dim) for b in self.blocks]
 
   def decode_step(self, tokens, position, caches):
-    """tokens [B] at `position` -> (logits [B, vocab] float32, caches): O(1) in the length."""
-    x = self.embed(tokens) + self.pos(position)[None]
+    """tokens [B] at `position` -> (logits [B, vocab] float32, caches): O(1) in the length.
+
+    Raises:
+      ValueError: a concrete `position` outside [0, max_len), as the full
+        forward pass raises for L > max_len. Under jit (a traced position)
+        no check is possible: such a position gives NaN logits (the position
+        embedding's out-of-range fill), so check it before jitting a loop.
+    """
+    if not isinstance(position, jax.core.Tracer) and not 0 <= int(position) < self.cfg.max_len:
+      raise ValueError(f"position {int(position)} is outside the model's positions 0 .. "
+                       f"{self.cfg.max_len - 1} (max_len {self.cfg.max_len})")
+    x = self.embed(tokens) + self.pos(jnp.asarray(position, jnp.int32))[None]
     new = []
     for block, cache in zip(self.blocks, caches):
       x, cache = block.decode_step(x, cache)

@@ -129,13 +129,16 @@ def run(cfg, workdir, *, progress=True, records=None):
     divergence.clear(workdir)  # a resumed run is no longer stopped where it was
 
     # --- The loop: no host sync per step; sums and checks every log_every -------
-    interactive = sys.stderr.isatty()  # a log file gets a line every 30 s, not every 0.1 s
+    # A log file gets a line at each log step (and every 30 s), not every 0.1 s.
+    interactive = sys.stderr.isatty()
     every = {} if interactive else dict(mininterval=30, maxinterval=30)
-    bar = tqdm.tqdm(range(start, train.steps), initial=start, total=train.steps, desc="train",
+    bar = tqdm.tqdm(initial=start, total=train.steps, desc="train",
                     disable=not progress or jax.process_index() > 0, **every)
-    with contextlib.closing(writer), preemption.ctrl_c_stops_after_the_step() as stop:
-      for step, batch in zip(bar, itertools.chain([first], batches)):
+    with contextlib.closing(writer), contextlib.closing(bar), \
+         preemption.ctrl_c_stops_after_the_step() as stop:
+      for step, batch in zip(range(start, train.steps), itertools.chain([first], batches)):
         state, sums, grad_norm = train_step(state, batch, step)
+        bar.update()
         pending.append((step, sums, grad_norm))
         done = step + 1
         log = done % train.log_every == 0 or done == train.steps
@@ -154,8 +157,7 @@ def run(cfg, workdir, *, progress=True, records=None):
                      tokens_per_s=row["tokens"] / max(seconds, 1e-9),
                      grad_norm=float(host[-1][2]))
           writer.write(done, row, "train")
-          bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}",
-                          refresh=interactive)
+          bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}")
           pending, tick = [], time.perf_counter()
         if evaluate_now:
           last_valid = validate()

@@ -99,3 +99,28 @@ def test_a_file_that_is_not_fasta_is_named(tmp_path):
   bad.write_text("hello\n")
   with pytest.raises(UserError, match="bad.fa"):
     list(pfam.read_sequences([str(bad)]))
+
+
+def test_records_outside_the_amino_alphabet_follow_invalid_and_are_counted(tmp_path, capsys):
+  good = [(f"P{i:05d}", "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ"[i % 7:] + "AC" * (i % 3)) for i in range(6)]
+  fa = tmp_path / "mixed.fa"
+  fa.write_text("".join(f">sp|{acc}|X\n{res if i % 2 else res[:5] + '123!!' + res[5:]}\n"
+                        for i, (acc, res) in enumerate(good)))
+  for policy, kept, counts in (("skip", 3, {"skipped_invalid": 3, "mapped_to_x": 0}),
+                               ("map-to-x", 6, {"skipped_invalid": 0, "mapped_to_x": 3})):
+    seen = {}
+    records = list(pfam.read_sequences([str(fa)], policy, seen))
+    assert len(records) == kept and seen == counts, policy
+  assert records[0][1] == good[0][1][:5] + "XXXXX" + good[0][1][5:]  # map-to-x keeps the length
+  with pytest.raises(UserError, match=r"record 'P00000' has '!', not one of the 25 amino-acid"):
+    list(pfam.read_sequences([str(fa)], "fail"))
+  # The command says what it skipped; a folder as --out is named before any work.
+  from performer import cli  # pylint: disable=import-outside-toplevel
+  assert cli.main(["label-pfam", str(fa), "--gecco", "--out", str(tmp_path)]) == 2
+  assert "is a folder: give the file to write" in capsys.readouterr().err
+  assert cli.main(["label-pfam", str(fa), "--gecco", "--sample", "10", "--cpus", "1",
+                   "--out", str(tmp_path / "l.tsv")]) == 0
+  out = capsys.readouterr().out
+  assert "3 records skipped and 0 mapped to X for characters outside the 25 amino-acid" in out
+  assert "3 of 3 sequences surveyed" in out
+  assert json.loads((tmp_path / "l.tsv.json").read_text())["skipped_invalid"] == 3

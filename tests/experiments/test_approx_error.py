@@ -153,3 +153,13 @@ def test_bad_flags_are_one_line_errors_naming_the_flag(args, message, tmp_path, 
   assert cli.main(["approx-error", *args, "--out", str(tmp_path / "a.json")]) == 2
   assert capsys.readouterr().err == f"performer approx-error: error: {message}\n"
   assert not list(tmp_path.iterdir())
+
+
+def test_scales_past_max_norm_are_refused_before_the_sweep(tmp_path, monkeypatch):
+  cfg = approx_error.ApproxErrorConfig(seq_len=32, dim=16, features=(4,), samples=2,
+                                       input_scales=(1.0, 200.0))
+  monkeypatch.setattr(approx_error, "_squared_errors", lambda *a: pytest.fail("swept"))
+  with pytest.raises(UserError, match=r"--input-scale 200: scaled queries and keys reach "
+                     r"\|x\| = \d+.*past favor.MAX_NORM = 100"):
+    results.main(approx_error, cfg, str(tmp_path / "a.json"), progress=False)
+  assert not (tmp_path / "a.json").exists()

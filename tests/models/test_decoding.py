@@ -58,3 +58,18 @@ def test_decoding_needs_a_causal_decodable_model():
                       else {}, **kwargs)
     with pytest.raises(ValueError, match=match):
       TransformerLM(cfg, rngs=nnx.Rngs(0)).decode_init(1)
+
+
+def test_a_position_past_max_len_is_an_error_not_nan_logits():
+  cfg = ModelConfig(vocab_size=28, max_len=8, num_layers=1, num_heads=2, d_model=8, d_ff=8,
+                    attention="performer_relu", attention_options={"num_features": 4}, causal=True)
+  model = TransformerLM(cfg, rngs=nnx.Rngs(0))
+  caches = model.decode_init(1)
+  logits, caches = model.decode_step(jnp.array([1]), 7, caches)  # the last position is fine
+  assert bool(jnp.all(jnp.isfinite(logits)))
+  for position in (8, jnp.int32(9), -1):
+    with pytest.raises(ValueError, match=r"position \S+ is outside the model's positions 0 .. 7"):
+      model.decode_step(jnp.array([1]), position, caches)
+  # Under jit the position is traced: the documented NaN.
+  step = nnx.jit(lambda m, t, p, c: m.decode_step(t, p, c))
+  assert bool(jnp.all(jnp.isnan(step(model, jnp.array([1]), jnp.int32(8), caches)[0])))

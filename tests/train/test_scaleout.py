@@ -325,6 +325,24 @@ def test_throughput_prints_the_step_alone_the_loop_and_their_ratio(data, tmp_pat
   bad = subprocess.run(cmd[:-2] + ["--out", str(tmp_path), "--steps", "3"], cwd=ROOT, env=_env(1),
                        capture_output=True, text=True)
   assert bad.returncode == 2 and "must be at least twice --log-every" in bad.stderr
+  for flags, message in (
+      (["--log-every", "0"], "--log-every must be >= 1, got 0"),
+      (["--devices", "3"], "--devices 3: DataConfig.batch_size 8 is not divisible by 3"),
+      (["--devices", "1", "--platform", "gpu"], "--platform gpu: JAX here has no working gpu "
+                                                 "backend")):
+    if "gpu" in flags and _has_gpu():
+      continue
+    bad = subprocess.run(cmd + flags, cwd=ROOT, env=_env(1), capture_output=True, text=True)
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode == 2 and message in lines[-1] and len(lines) <= 2, bad.stderr
+
+
+def _has_gpu():
+  import jax  # pylint: disable=import-outside-toplevel
+  try:
+    return bool(jax.devices("gpu"))
+  except RuntimeError:
+    return False
 
 
 def test_slurm_scripts_parse_and_say_their_usage():
