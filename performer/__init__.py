@@ -1,3 +1,23 @@
 """performer: reproduce and extend "Rethinking Attention with Performers"."""
 
 __version__ = "0.1.0"
+
+
+def load(workdir):
+  """A trained `performer train` workdir as (Config, model, step), for decoding or analysis.
+
+  The latest checkpoint is restored into the run's `TransformerLM` (dropout
+  off, a Performer keeping its last draw of W); see README "Using a trained
+  model".
+
+  Args:
+    workdir: a `performer train` workdir (config.json, checkpoints/).
+
+  Returns:
+    (train.config.Config, models.transformer.TransformerLM, step: int).
+
+  Raises:
+    UserError: not a trained workdir, or parameters that do not fit its model.
+  """
+  from performer.experiments import trained  # pylint: disable=import-outside-toplevel
+  return trained.load(workdir)

@@ -4,6 +4,7 @@ import os
 import re
 
 import numpy as np
+import pytest
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
@@ -17,3 +18,35 @@ def test_favor_example_runs_and_its_error_is_small():
   exec(code.group(1), scope)  # pylint: disable=exec-used
   out, ref = np.asarray(scope["out"]), np.asarray(scope["ref"])
   assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 0.06  # the README says 4.7%
+
+
+def test_using_a_trained_model_example_runs_on_a_trained_workdir(data, tmp_path, capsys):
+  from performer import configurables  # pylint: disable=import-outside-toplevel
+  from performer.train import loop  # pylint: disable=import-outside-toplevel
+  root = os.path.dirname(README)
+  configurables.parse([os.path.join(root, "gin/mini/trembl_u_performer_relu.gin")], [
+      f"DataConfig.path = '{data}'", "DataConfig.seq_len = 32", "DataConfig.batch_size = 4",
+      "ModelConfig.num_layers = 1", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
+      "ModelConfig.num_heads = 2", "TrainConfig.steps = 3", "TrainConfig.eval_batches = 1"])
+  workdir = tmp_path / "run"
+  loop.run(configurables.resolve(), str(workdir), progress=False)
+  with open(README) as f:
+    text = f.read()
+  code = re.search(r"```python\n(import jax.numpy as jnp\nimport performer\n.*?)```", text, re.S)
+  assert code, "README lost its performer.load example"
+  source = code.group(1).replace("runs/quickstart/trembl_u_performer_relu", str(workdir))
+  exec(source.replace("range(30)", "range(31)"), {})  # pylint: disable=exec-used
+  step, residues = capsys.readouterr().out.strip().split(": ")
+  assert step == "step 3" and len(residues) >= 31  # names of specials are longer than 1
+  with pytest.raises(ValueError, match="outside the model's positions 0 .. 31"):
+    exec(source.replace("range(30)", "range(33)"), {})  # pylint: disable=exec-used
+
+
+def test_readme_links_stay_inside_the_repository():
+  root = os.path.dirname(README)
+  with open(README) as f:
+    text = f.read()
+  assert "../" not in re.sub(r"https?://\S+", "", text)  # nothing beside the checkout
+  for target in re.findall(r"\]\(([^)#\s]+)\)", text):
+    if not target.startswith(("http://", "https://")):
+      assert os.path.exists(os.path.join(root, target)), target

@@ -13,6 +13,7 @@ JSON and the .npz it names; never recomputes the maps.
 """
 
 import os
+import textwrap
 
 import matplotlib
 
@@ -81,12 +82,19 @@ def _title(record):
           f"{run.get('attention', '?')} {'(U)' if run.get('causal') else '(B)'} model")
 
 
+def _wrapped(text, width_inches):
+  """A title broken into lines no wider than the figure (about 14 characters an inch at 9 pt)."""
+  return textwrap.fill(text, max(40, int(14 * width_inches)))
+
+
 def _grid(record, rows, maps, kind):
   array = maps[kind]
   n_layers, n_heads = array.shape[:2]
   layers = sorted({int(r["layer"]) for r in rows})
   by_name = {(int(r["layer"]), int(r["head"])): r for r in rows}
-  fig, axes = plt.subplots(n_layers, n_heads, figsize=(1.9 * n_heads, 2.05 * n_layers + 0.6),
+  cell = min(max(1.9, 6.5 / n_heads), 3.2)  # few heads get larger panels, not a thin strip
+  width = cell * n_heads
+  fig, axes = plt.subplots(n_layers, n_heads, figsize=(width, (cell + 0.15) * n_layers + 0.9),
                            squeeze=False, layout="constrained")
   for a, layer in enumerate(layers):
     for h in range(n_heads):
@@ -103,8 +111,8 @@ def _grid(record, rows, maps, kind):
         ax.set_ylabel(f"layer {layer}", fontsize=9)
   note = ("; TV: mean total variation from exact softmax per query"
           if kind == "favor" and "exact" in maps else "")
-  fig.suptitle(f"{_title(record)}: {TITLES[kind]}, layers x heads (rows: queries, columns: keys; "
-               f"each cell scaled 0 to its max{note})", fontsize=9)
+  fig.suptitle(_wrapped(f"{_title(record)}: {TITLES[kind]}, layers x heads (rows: queries, "
+                        f"columns: keys; each cell scaled 0 to its max{note})", width), fontsize=9)
   return fig
 
 

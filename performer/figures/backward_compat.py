@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import STYLES, curve  # pylint: disable=wrong-import-position
+from performer.figures.curves import STYLES, curve, step_axis  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
 VARIANTS = ("Transformer (continued)", "Performer positive, redraw",
@@ -87,9 +87,15 @@ def render(run_dirs, out_path):
                       f"({run.direction}); give one run per variant")
     group[name] = (run, source)
   check_figure_path(out_path)
-  fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False,
+  # At most two panels a row, each with its legend below it: beside or inside, legends of
+  # five variants cover the curves or widen the image past a page.
+  columns = min(2, len(panels))
+  rows = -(-len(panels) // columns)
+  fig, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 5.2 * rows), squeeze=False,
                            layout="constrained")
-  for ax, ((data, direction), group) in zip(axes[0], panels.items()):
+  for ax in axes.flat[len(panels):]:
+    ax.set_visible(False)
+  for ax, ((data, direction), group) in zip(axes.flat, panels.items()):
     order = sorted(group, key=lambda n: (VARIANTS + (n,)).index(n))
     for name in order:
       run, _ = group[name]
@@ -110,10 +116,11 @@ def render(run_dirs, out_path):
       ax.axhline(value, color="0.5", linestyle=":", linewidth=1.2,
                  label=f"source Transformer, end of training ({value:.1f}%)")
     ax.set_title(f"{data} {runs.DIRECTIONS[direction]}", fontsize=10)
-    ax.set_xlabel("fine-tuning step")
+    step_axis(ax, "fine-tuning step")
     ax.set_ylabel("accuracy (%)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+              borderaxespad=0)
   fig.suptitle("Backward compatibility (Fig. 5): validation solid, train dashed", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)

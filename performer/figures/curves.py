@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
+from matplotlib.ticker import MaxNLocator  # pylint: disable=wrong-import-position
 
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
@@ -61,13 +62,19 @@ def _panel(ax, direction, groups, metric):
   handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
               Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=4,
                      label="validation")]
-  ax.set_xlabel("step")
+  step_axis(ax)
   ax.set_ylabel(METRICS[metric])
   ax.set_title(SCORED[direction], fontsize=10)
   ax.grid(True, alpha=0.3)
   ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
             borderaxespad=0)  # beside the panel: inside, it covers curves
   return drawn
+
+
+def step_axis(ax, label="step"):
+  """A linear step axis: whole steps only (a run of 3 steps gets no tick at 0.5)."""
+  ax.set_xlabel(label)
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def render(run_dirs, out_path, metric="accuracy"):

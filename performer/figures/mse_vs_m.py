@@ -1,11 +1,12 @@
 """Fig. 4: MSE of FAVOR attention against m, from an approx-error result file.
 
-One row of panels per input scale: left, every unbiased (chi) variant, so
-each kernel's iid and structured (H-ORF, G-ORF) projections against its
-orthogonal one; right, the kernels against each other, each with one
-projection (orthogonal where the file has it, else iid, H-ORF, G-ORF in that
-order; the panel title says which), and SMREG and any other scaling. Every
-variant in the file is drawn. Lines are means over the samples, error bars
+One row of panels per input scale: left, the projections of each kernel
+that has several (chi scaling: iid and structured, H-ORF and G-ORF, against
+orthogonal; the title names those drawn; no left column when no kernel has
+two); right, the kernels against each other, each with one projection
+(orthogonal where the file has it, else iid, H-ORF, G-ORF in that order; the
+panel title says which), and SMREG and any other scaling. Every variant in
+the file is drawn. Lines are means over the samples, error bars
 one standard deviation (clipped at the bottom, log axis), hollow markers the
 medians. Legends sit beside the panels, off the curves. Never recomputes the
 experiment.
@@ -44,6 +45,18 @@ def _kernel_panel(variants):
   return sorted(chosen + [v for v in variants if v[2] != "chi"]), suffix
 
 
+def _projection_panel(variants):
+  """The left panel's variants: every chi projection of each kernel that has several.
+
+  Returns (variants, title naming the projections compared); no variants
+  when no kernel has two.
+  """
+  chi = [v for v in variants if v[2] == "chi"]
+  chosen = [v for v in chi if sum(w[0] == v[0] for w in chi) > 1]
+  kinds = sorted({v[1] for v in chosen}, key=lambda k: (PREFERENCE + (k,)).index(k))
+  return chosen, "Projections " + " vs ".join(NAMES.get(k, k) for k in kinds)
+
+
 def _label(variant):
   kernel, kind, scaling = variant
   return f"{kernel}, {NAMES.get(kind, kind)}" + (", SMREG (|w| = sqrt(d))" if scaling == "sqrt_d" else "")
@@ -60,15 +73,20 @@ def render(input_path, out_path):
   _, rows = load_rows(input_path, "approx_error", REQUIRED)
   check_figure_path(out_path)  # before drawing, not after
   scales = sorted({r["input_scale"] for r in rows})
-  fig, axes = plt.subplots(len(scales), 2, figsize=(14, 3.6 * len(scales)), squeeze=False,
-                           layout="constrained")
+  variants_at = {s: sorted({(r["kernel"], r["projection"], r["scaling"]) for r in rows
+                            if r["input_scale"] == s}) for s in scales}
+  left = any(_projection_panel(v)[0] for v in variants_at.values())
+  fig, axes = plt.subplots(len(scales), 1 + left, figsize=(7 + 7 * left, 3.6 * len(scales)),
+                           squeeze=False, layout="constrained")
   for row_axes, scale in zip(axes, scales):
     at_scale = [r for r in rows if r["input_scale"] == scale]
-    variants = sorted({(r["kernel"], r["projection"], r["scaling"]) for r in at_scale})
-    kernels, suffix = _kernel_panel(variants)
-    projections = [v for v in variants if v[2] == "chi"]
-    for ax, title, shown in ((row_axes[0], "Orthogonal vs IID", projections),
-                             (row_axes[1], "Positive vs trig features" + suffix, kernels)):
+    kernels, suffix = _kernel_panel(variants_at[scale])
+    projections, projection_title = _projection_panel(variants_at[scale])
+    names = sorted({v[0] for v in kernels})
+    panels = [(row_axes[-1], " vs ".join(names).capitalize() + " features" + suffix, kernels)]
+    if left:
+      panels.insert(0, (row_axes[0], projection_title, projections))
+    for ax, title, shown in panels:
       for variant in shown:
         curve = sorted((r for r in at_scale if (r["kernel"], r["projection"], r["scaling"]) == variant),
                        key=lambda r: r["m"])

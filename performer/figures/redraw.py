@@ -143,7 +143,7 @@ def render(run_dirs, out_path):
     handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
                 Line2D([], [], color="0.3", marker="o", markersize=4, label="validation")]
     ax.set_title(panel, fontsize=10)
-    ax.set_xlabel("step")
+    curves.step_axis(ax)
     ax.set_ylabel("accuracy (%)")
     ax.grid(True, alpha=0.3)
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2),

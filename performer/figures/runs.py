@@ -69,11 +69,12 @@ class Run:
   @property
   def identity(self):
     """What makes this run a point of its study: its recorded settings, else the config's
-    attention options, depth, init_from and seed (a run trained by hand)."""
+    attention options, depth, init_from, data and seed (a run trained by hand)."""
     if self.settings:
       return json.dumps(self.settings, sort_keys=True, default=str)
     derived = [self.config.get(group, {}).get(field) for group, field in (
-        ("model", "attention_options"), ("model", "num_layers"), ("train", "init_from"))]
+        ("model", "attention_options"), ("model", "num_layers"), ("train", "init_from"),
+        ("data", "path"), ("data", "task"))]
     return json.dumps([derived, self.seed], sort_keys=True, default=str)
 
   @property
@@ -196,7 +197,7 @@ def load_runs(paths):
     UserError: no folders, a folder given twice (it would count as two
       seeds), two folders of one model with the same `Run.identity` (the
       same recorded settings, or for runs without them the same attention
-      options, depth, init_from and seed), or any load_run error.
+      options, depth, init_from, data and seed), or any load_run error.
   """
   if not paths:
     raise UserError("no run folders given (--runs RUN [RUN ...])")

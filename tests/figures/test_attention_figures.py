@@ -152,3 +152,19 @@ def test_aa_similarity_figure_errors(tmp_path):
   with pytest.raises(UserError, match="expected a result file of experiment 'aa_similarity'"):
     aa_figure.render(_write_maps(tmp_path / "m"), str(tmp_path / "fig.png"))
   assert not (tmp_path / "fig.png").exists()
+
+
+def test_a_grid_of_few_heads_keeps_its_panels_large_and_its_title_inside(tmp_path):
+  with open(_write_maps(tmp_path)) as f:
+    record = json.load(f)
+  _, rows, maps = maps_figure.load(str(tmp_path / "maps.json"))
+  rows = [r for r in rows if r["layer"] == 0 and r["head"] < 2]
+  maps = {k: v[:1, :2] for k, v in maps.items()}
+  fig = maps_figure._grid(record, rows, maps, "favor")  # pylint: disable=protected-access
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  width, _ = fig.canvas.get_width_height()
+  title = fig._suptitle.get_window_extent(renderer)  # pylint: disable=protected-access
+  assert 0 <= title.x0 and title.x1 <= width  # the title used to be wider than the image
+  panels = [ax.get_window_extent(renderer) for ax in fig.axes]
+  assert all(p.width > 0.35 * width for p in panels)  # two heads share the width

@@ -89,3 +89,29 @@ def test_runs_that_are_not_fine_tuned_are_refused(make_run, tmp_path):
 
 def test_default_file_is_fig5_beside_the_runs(make_run):
   assert figures.default_out("backward-compat", ["runs/x/a"]) == "runs/x/fig5_backward_compat.png"
+
+
+def test_panels_wrap_and_legends_sit_below_them_with_whole_steps(make_run, tmp_path, monkeypatch):
+  source = make_run("source", "exact", causal=True, metrics=[(100, "valid", 0.113, 17.0, 2.8)])
+  paths = []
+  for data in ("a", "b", "c"):  # three panels: two a row, not three side by side
+    path = _finetuned(make_run, f"pos_{data}", "performer_softmax", {}, source=source)
+    with open(f"{path}/config.json") as f:
+      config = json.load(f)
+    config["data"] = {"path": f"/data/{data}"}
+    with open(f"{path}/config.json", "w") as f:
+      json.dump(config, f)
+    paths.append(path)
+  drawn = []
+  monkeypatch.setattr(backward_compat, "save_figure", lambda fig, out: drawn.append(fig))
+  monkeypatch.setattr(backward_compat.plt, "close", lambda fig: None)
+  figures.figure("backward-compat", run_dirs=paths, out_path=str(tmp_path / "f.png"))
+  (fig,) = drawn
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  shown = [ax for ax in fig.axes if ax.get_visible()]
+  assert len(shown) == 3 and fig.get_size_inches()[0] <= 13
+  for ax in shown:
+    assert ax.get_legend().get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # steps 0, 10, 20: no 2.5

@@ -25,7 +25,7 @@ def _write(path, record):
 def test_renders_a_png_with_one_row_per_scale(tmp_path):
   rows = [_row(k, p, s, m, scale, 1e-3 / m)
           for k, p, s in (("positive", "orthogonal", "chi"), ("trig", "iid", "chi"),
-                          ("positive", "orthogonal", "sqrt_d"))
+                          ("positive", "orthogonal", "sqrt_d"), ("positive", "iid", "chi"))
           for m in (4, 8, 16) for scale in (0.5, 2.0)]
   src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
   out = tmp_path / "figs" / "fig.png"
@@ -87,17 +87,19 @@ def test_kernel_panel_shows_trig_whatever_its_projection(tmp_path, monkeypatch):
                           ("positive", "orthogonal", "sqrt_d"))
           for m in (4, 8)]
   src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
-  left, right = _drawn(monkeypatch, src, tmp_path).axes
+  (right,) = _drawn(monkeypatch, src, tmp_path).axes  # one projection per kernel: no left column
   labels = lambda ax: [t.get_text() for t in ax.get_legend().get_texts()]
-  assert labels(left) == ["positive, ORF", "trig, IID"]
   assert labels(right) == ["positive, ORF", "positive, ORF, SMREG (|w| = sqrt(d))", "trig, IID"]
-  assert "projections as labelled" in right.get_title()
+  assert right.get_title().startswith("Positive vs trig features (projections as labelled)")
   # With ORF for every kernel, the right panel compares ORF curves and says so.
   rows += [_row("trig", "orthogonal", "chi", m, 1.0, 1e-4 / m) for m in (4, 8)]
   src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
-  _, right = _drawn(monkeypatch, src, tmp_path).axes
+  left, right = _drawn(monkeypatch, src, tmp_path).axes
   assert "trig, ORF" in labels(right) and "trig, IID" not in labels(right)
   assert "features (ORF)" in right.get_title()
+  # The left column holds only kernels with several projections, and names them.
+  assert labels(left) == ["trig, IID", "trig, ORF"]
+  assert left.get_title().startswith("Projections ORF vs IID: input scale 1")
 
 
 def test_legends_do_not_cover_the_curves(tmp_path, monkeypatch):
