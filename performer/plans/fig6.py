@@ -43,7 +43,8 @@ def jobs(ctx):
     evals.append(job_lib.Job(
         name=f"{name}_eval", kind="eval", study=STUDY, needs=(name,),
         command=("performer", "eval", "--workdir", workdir, "--split", "test,ood"),
-        outputs=tuple(f"{workdir}/eval_{split}.json" for split in ("test", "ood"))))
+        outputs=tuple(f"{workdir}/eval_{split}{suffix}" for split in ("test", "ood")
+                      for suffix in (".json", "_sequences.npz"))))
   out += evals
   runs = [ctx.workdir(e.needs[0]) for e in evals]
   needs = [e.name for e in evals]

@@ -28,34 +28,14 @@ from flax import nnx
 from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
-from performer.train import divergence, metrics, preemption, resume, sharding, steps
+from performer.train import divergence, metrics, preemption, resume, sharding
+from performer.train import evaluate as evaluation
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.distributed import say
 from performer.train.writer import MetricWriter
 
 TrainingDiverged = divergence.TrainingDiverged
-
-
-# One wrapper for the process: a new nnx.jit per call would compile the step again each time.
-_eval_step = nnx.jit(steps.eval_step, static_argnames=("seed", "vocab", "causal", "mlm"))
-
-
-def evaluate(model, batches, *, seed, vocab, causal, mlm, mesh, multiplier=None, max_batches=0):
-  """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw).
-
-  Every process runs every batch (`eval_batches` gives each the same number),
-  and the sums are fetched once, at the end.
-  """
-  model.eval()
-  sums = []
-  for i, batch in enumerate(batches.eval_batches()):
-    if max_batches and i >= max_batches:
-      break
-    sums.append(_eval_step(model, sharding.global_batch(batch, mesh), seed=seed, vocab=vocab,
-                           causal=causal, mlm=mlm))
-  model.train()
-  return metrics.summarize(metrics.total(jax.device_get(sums)), multiplier)
 
 
 def run(cfg, workdir, *, progress=True, records=None):
@@ -89,7 +69,8 @@ def run(cfg, workdir, *, progress=True, records=None):
   multiplier = {s: pipeline.multiplier(cfg.data, s) for s in ("train", "valid")}  # PG-19
 
   def validate():
-    return evaluate(model, valid_data, seed=train.seed, vocab=vocab, causal=causal, mlm=mlm,
+    return evaluation.evaluate(model, valid_data, seed=train.seed, vocab=vocab, causal=causal,
+                               mlm=mlm,
                     mesh=mesh, multiplier=multiplier["valid"], max_batches=train.eval_batches)
 
   # One run per workdir: a second would mix its checkpoints and metrics with ours. (Process 0

@@ -22,6 +22,14 @@ def sums(logits, targets, weights):
           "tokens": jnp.sum(weights)}
 
 
+def example_sums(logits, targets, weights):
+  """sums() per example: loss_sum, correct_sum, tokens, each [B] (for per-sequence eval files)."""
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  return {"loss_sum": jnp.sum(nll * weights, -1), "correct_sum": jnp.sum(correct * weights, -1),
+          "tokens": jnp.sum(weights, -1)}
+
+
 def add(a, b):
   """Adds two dicts of sums (either may be None)."""
   if a is None:

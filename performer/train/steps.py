@@ -56,7 +56,13 @@ def train_step(graphdef, state, batch, step, *, seed, vocab, causal, mlm):
 
 
 def eval_step(model, batch, *, seed, vocab, causal, mlm):
-  """Sums over one batch, without redraw or dropout; (B) masks keyed by example id."""
+  """Sums over one batch, without redraw or dropout; (B) masks keyed by example id.
+
+  Returns:
+    (sums over the batch, per-example sums [B] with the batch's `ids`).
+  """
   inputs, mask, targets, weights = model_inputs(batch, vocab, jax.random.key(seed + 1),
                                                 causal=causal, mlm=mlm)
-  return metrics.sums(model(inputs, mask), targets, weights)
+  logits = model(inputs, mask)
+  return (metrics.sums(logits, targets, weights),
+          {**metrics.example_sums(logits, targets, weights), "ids": batch["ids"]})

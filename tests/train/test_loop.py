@@ -87,8 +87,9 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   batch = next(pipeline.Batches(cfg.data, "valid", causal=causal).eval_batches())
   model.eval()
   mlm = cfg.data.mlm
-  got = metrics.summarize(jax.device_get(steps.eval_step(model, batch, seed=0, vocab=cfg.vocab,
-                                                         causal=causal, mlm=mlm)))
+  total, each = jax.device_get(steps.eval_step(model, batch, seed=0, vocab=cfg.vocab,
+                                               causal=causal, mlm=mlm))
+  got = metrics.summarize(total)
   inputs, mask, targets, weights = (np.asarray(x) for x in steps.model_inputs(
       batch, cfg.vocab, jax.random.key(1), causal=causal, mlm=mlm))
   logits = np.asarray(model(jnp.asarray(inputs), jnp.asarray(mask)), np.float64)
@@ -102,6 +103,11 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   assert got["perplexity"] == pytest.approx(np.exp(nll[w].mean()), rel=1e-5)
   if not causal:  # (B): only the ~15% masked positions count
     assert 0.05 < w.sum() / (targets != cfg.vocab.pad).sum() < 0.3
+  # Per example: the same sums, sequence by sequence (what eval's per-sequence file holds).
+  np.testing.assert_array_equal(each["ids"], batch["ids"])
+  np.testing.assert_array_equal(each["tokens"], w.sum(-1))
+  np.testing.assert_allclose(each["loss_sum"], (nll * w).sum(-1), rtol=1e-4, atol=1e-4)
+  np.testing.assert_array_equal(each["correct_sum"], ((logits.argmax(-1) == targets) & w).sum(-1))
 
 
 def test_unknown_gin_parameters_are_errors(tmp_path):
@@ -220,6 +226,9 @@ def test_pg19_logs_token_and_word_perplexity_and_eval_keeps_one_file_per_split(b
   assert test["word_perplexity"] == pytest.approx(np.exp(test["multiplier"] * test["loss"]))
   for split, result in (("valid", valid), ("test", test)):
     assert json.load(open(tmp_path / f"eval_{split}.json")) == json.loads(json.dumps(result))
+    with np.load(tmp_path / result["sequences_file"]) as each:  # one row per window, summing up
+      assert each["tokens"].sum() == result["tokens"] and len(each["ids"]) == len(set(each["ids"]))
+      assert each["loss_sum"].sum() / result["tokens"] == pytest.approx(result["loss"], rel=1e-5)
   assert not (tmp_path / "eval.json").exists()
 
 

@@ -155,6 +155,15 @@ def test_two_processes_train_as_one_and_only_process_0_writes_logs(data, referen
   for key in ("loss", "accuracy", "baseline_accuracy", "baseline_perplexity"):
     assert two[key] == pytest.approx(one[key], rel=1e-5), key
   assert two["tokens"] == one["tokens"]
+  # The per-sequence file gathers both processes' rows: every sequence once, as on one process.
+  with np.load(tmp_path / "run" / two["sequences_file"]) as a, \
+      np.load(reference / one["sequences_file"]) as b:
+    np.testing.assert_array_equal(a["ids"], np.arange(len(b["ids"])))
+    for key in ("ids", "tokens", "correct_sum"):
+      np.testing.assert_array_equal(a[key], b[key])
+    np.testing.assert_allclose(a["loss_sum"], b["loss_sum"], rtol=1e-4)
+    assert a["tokens"].sum() == two["tokens"] and a["correct_sum"].sum() == pytest.approx(
+        two["accuracy"] * two["tokens"])
 
 
 def test_cluster_flags_are_checked(tmp_path):

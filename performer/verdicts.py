@@ -1,0 +1,295 @@
+"""Verdicts on the paper's claims: one pre-declared statistical rule for every table and figure.
+
+A claim is declared as data before its runs (`Claim`): which two groups of
+runs are compared, on which metric and split, the kind of claim, the margin
+delta and where delta comes from. The evidence (`estimate`) is the difference
+of the two groups' means with both sources of uncertainty:
+
+* seeds: the seed-to-seed variance of each group (each seed of a run varies
+  its initialisation, dropout, data order and random features), a t
+  interval with Welch-Satterthwaite degrees of freedom;
+* the test set's own sampling: a bootstrap over test sequences, paired
+  across the two groups (every run is scored on the same sequences), of the
+  difference of the seed-averaged metric.
+
+The two variances add (the bootstrap part is a variance about the fixed test
+set, independent of the seed draws); the degrees of freedom are those of the
+seed part, the bootstrap's being large.
+
+Decisions (`decide`), at level alpha = 0.05 after a Holm correction over
+the claims of one table (`family`):
+
+* matches: two one-sided tests at +-delta (TOST). Reproduced when the
+  difference is shown to lie inside (-delta, delta); contradicted when it is
+  shown to lie outside; else inconclusive.
+* better / worse: a two-sided test of difference 0. Reproduced when it
+  excludes 0 on the claimed side; contradicted when on the other; else
+  inconclusive.
+* A claim whose scale gate failed (`gate`: exact attention does not beat an
+  identity-attention control by several times the design's minimum
+  detectable effect) is "not testable at this scale", whatever the
+  differences; one whose groups have fewer than two seeds is inconclusive.
+
+Each decision reports the difference, its 95% interval and the minimum
+detectable effect (MDE: the true difference a two-sided 5% test finds with
+80% power in this design).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.8
+KINDS = ("matches", "better", "worse")
+REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
+NOT_TESTABLE, NOT_TESTED = "not testable at this scale", "not tested"
+GATE_FACTOR = 3.0  # exact must beat the control by this many MDEs for attention claims to count
+BOOTSTRAP = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A claim of the paper, declared before its runs.
+
+  Attributes:
+    id: short name, e.g. "T2-U-softmax".
+    text: the claim as the paper makes it (with its source).
+    kind: "matches" (|a - b| < delta), "better" (a > b), "worse" (a < b).
+    a, b: the compared groups (labels of `Replicates` the caller gathers).
+    metric: e.g. "accuracy" (a fraction; differences in the same unit).
+    split: "test" or "ood".
+    delta: the margin, in the metric's unit: what "the same" means for
+      matches, and the smallest difference worth a claim otherwise.
+    delta_source: where delta comes from (the paper's own gap, a fraction of
+      what exact attention gains over the control, ...).
+    family: the claims corrected together (Holm), e.g. "table2".
+    direction: "U" or "B": which scale gate applies (None: no gate).
+  """
+  id: str
+  text: str
+  kind: str
+  a: str
+  b: str
+  metric: str
+  split: str
+  delta: float
+  delta_source: str
+  family: str
+  direction: str | None = None
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"claim {self.id}: kind {self.kind!r} is not one of {KINDS}")
+    if not self.delta > 0:
+      raise ValueError(f"claim {self.id}: delta must be > 0, got {self.delta}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Replicates:
+  """One group's seeds on one split, as per-sequence sums of `performer eval`.
+
+  correct, tokens: [seeds, sequences] float: correctly predicted and scored
+    tokens of each test sequence (the same sequences, in the same order, for
+    every group compared with this one).
+  """
+  correct: np.ndarray
+  tokens: np.ndarray
+
+  def __post_init__(self):
+    correct, tokens = np.asarray(self.correct, float), np.asarray(self.tokens, float)
+    if correct.ndim != 2 or correct.shape != tokens.shape:
+      raise ValueError(f"correct {correct.shape} and tokens {tokens.shape} must both be "
+                       "[seeds, sequences]")
+    if not (np.all(tokens >= 0) and np.all((correct >= 0) & (correct <= tokens))):
+      raise ValueError("per-sequence sums need 0 <= correct <= tokens")
+    if np.any(tokens.sum(axis=1) == 0):
+      raise ValueError("a seed scored no tokens")
+    object.__setattr__(self, "correct", correct)
+    object.__setattr__(self, "tokens", tokens)
+
+  @property
+  def seeds(self):
+    return self.correct.shape[0]
+
+  def accuracy(self, index=None):
+    """[seeds] accuracy of each seed over all sequences, or [seeds, ...] over the sequences
+    `index` [..., n] (resamples)."""
+    if index is None:
+      return self.correct.sum(axis=1) / self.tokens.sum(axis=1)
+    return self.correct[:, index].sum(axis=-1) / self.tokens[:, index].sum(axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+  """The difference mean(a) - mean(b) of two groups and its uncertainty.
+
+  se_seed, se_test: standard errors from the seeds and from the test set;
+  se: their combination; df: degrees of freedom of the t reference (inf when
+  the seed part is absent).
+  """
+  diff: float
+  se_seed: float
+  se_test: float
+  df: float
+  seeds: tuple
+
+  @property
+  def se(self):
+    return math.hypot(self.se_seed, self.se_test)
+
+  def interval(self, level=0.95):
+    half = stats.t.ppf(0.5 + level / 2, self.df) * self.se
+    return self.diff - half, self.diff + half
+
+  def mde(self, alpha=ALPHA, power=POWER):
+    """The true difference a two-sided `alpha` test detects with `power` here."""
+    return (stats.t.ppf(1 - alpha / 2, self.df) + stats.t.ppf(power, self.df)) * self.se
+
+
+def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0):
+  """Evidence for mean accuracy of `a` minus that of `b` (Replicates on the same sequences).
+
+  Raises:
+    ValueError: the groups were scored on different numbers of sequences.
+  """
+  if a.correct.shape[1] != b.correct.shape[1]:
+    raise ValueError(f"paired groups need the same sequences: {a.correct.shape[1]} vs "
+                     f"{b.correct.shape[1]}")
+  acc_a, acc_b = a.accuracy(), b.accuracy()
+  diff = float(acc_a.mean() - acc_b.mean())
+  parts = [acc.var(ddof=1) / acc.size for acc in (acc_a, acc_b) if acc.size > 1]
+  seed_var = sum(parts) if len(parts) == 2 else math.nan
+  if len(parts) == 2 and seed_var > 0:  # Welch-Satterthwaite
+    df = seed_var ** 2 / sum(p ** 2 / (acc.size - 1) for p, acc in zip(parts, (acc_a, acc_b)))
+  else:
+    df = math.inf if len(parts) == 2 else math.nan
+  rng = np.random.default_rng(seed)
+  n = a.correct.shape[1]
+  draws = []
+  for start in range(0, bootstrap, 64):  # 64 resamples at a time: [seeds, 64, n] in memory
+    index = rng.integers(0, n, (min(64, bootstrap - start), n))
+    draws.append(a.accuracy(index).mean(axis=0) - b.accuracy(index).mean(axis=0))
+  draws = np.concatenate(draws)
+  return Evidence(diff=diff, se_seed=math.sqrt(seed_var) if seed_var == seed_var else math.nan,
+                  se_test=float(draws.std(ddof=1)), df=df, seeds=(a.seeds, b.seeds))
+
+
+def p_value(claim, evidence):
+  """The p-value of the claim's own test (before Holm): TOST for matches, two-sided otherwise."""
+  t = stats.t(evidence.df)
+  if claim.kind == "matches":
+    return float(max(t.sf((evidence.diff + claim.delta) / evidence.se),
+                     t.cdf((evidence.diff - claim.delta) / evidence.se)))
+  return float(2 * t.sf(abs(evidence.diff) / evidence.se))
+
+
+def contrary_p_value(claim, evidence):
+  """For matches: the p-value that |diff| > delta (the difference shown outside the margin)."""
+  t = stats.t(evidence.df)
+  return float(min(t.sf((evidence.diff - claim.delta) / evidence.se),
+                   t.cdf((evidence.diff + claim.delta) / evidence.se)))
+
+
+def holm(p_values):
+  """Holm-adjusted p-values (same order): step-down, monotone, capped at 1."""
+  p = np.asarray(p_values, float)
+  order = np.argsort(p)
+  adjusted = np.empty_like(p)
+  running = 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (p.size - rank) * p[i]))
+    adjusted[i] = running
+  return adjusted
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+  """The scale gate of one direction: exact attention against the identity control."""
+  direction: str
+  evidence: Evidence
+
+  @property
+  def passed(self):
+    low, _ = self.evidence.interval()
+    return bool(low > GATE_FACTOR * self.evidence.mde())
+
+
+def gate(direction, exact, control, **kwargs):
+  """The Gate of `direction` from the exact model's and the control's Replicates."""
+  return Gate(direction, estimate(exact, control, **kwargs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  claim: Claim
+  verdict: str
+  reason: str
+  evidence: Evidence | None = None
+  p_adjusted: float | None = None
+
+
+def decide(claims, evidence, gates=None, *, alpha=ALPHA):
+  """Verdicts for `claims` (one family or several), from {claim.id: Evidence}.
+
+  gates: {direction: Gate}; a claim whose direction's gate failed is not
+  testable at this scale. A claim without evidence is not tested; one whose
+  evidence has no seed variance (fewer than two seeds in a group) is
+  inconclusive. Holm's correction runs over the testable claims of each
+  family.
+
+  Returns:
+    [Verdict] in the order of `claims`.
+  """
+  gates = gates or {}
+  out = {}
+  testable = []
+  for claim in claims:
+    ev = evidence.get(claim.id)
+    gated = gates.get(claim.direction)
+    if ev is None:
+      out[claim.id] = Verdict(claim, NOT_TESTED, "no runs")
+    elif gated is not None and not gated.passed:
+      low, _ = gated.evidence.interval()
+      out[claim.id] = Verdict(claim, NOT_TESTABLE, (
+          f"({claim.direction}) exact beats the identity control by {100 * gated.evidence.diff:.2f} "
+          f"pp (95% low {100 * low:.2f}), under {GATE_FACTOR:g} x its MDE "
+          f"{100 * gated.evidence.mde():.2f} pp"), ev)
+    elif not math.isfinite(ev.se_seed):
+      out[claim.id] = Verdict(claim, INCONCLUSIVE, f"seeds {ev.seeds}: needs >= 2 per group", ev)
+    else:
+      testable.append(claim)
+  for family in dict.fromkeys(c.family for c in testable):
+    mine = [c for c in testable if c.family == family]
+    adjusted = holm([p_value(c, evidence[c.id]) for c in mine])
+    contrary = holm([contrary_p_value(c, evidence[c.id]) if c.kind == "matches" else 1.0
+                     for c in mine])
+    for claim, p, q in zip(mine, adjusted, contrary):
+      ev = evidence[claim.id]
+      if claim.kind == "matches":
+        verdict = REPRODUCED if p < alpha else CONTRADICTED if q < alpha else INCONCLUSIVE
+        reason = f"TOST at +-{100 * claim.delta:.2f} pp: p = {p:.3g} (Holm)"
+      else:
+        sign = 1 if claim.kind == "better" else -1
+        significant = p < alpha
+        verdict = (INCONCLUSIVE if not significant
+                   else REPRODUCED if sign * ev.diff > 0 else CONTRADICTED)
+        reason = f"two-sided p = {p:.3g} (Holm)"
+      out[claim.id] = Verdict(claim, verdict, reason, ev, float(p))
+  return [out[c.id] for c in claims]
+
+
+def row(v):
+  """A table row of a Verdict: claim, difference (pp), 95% interval, MDE, delta, verdict."""
+  ev = v.evidence
+  pp = lambda x: f"{100 * x:+.2f}"
+  cells = {"claim": v.claim.id, "kind": v.claim.kind, "delta (pp)": f"{100 * v.claim.delta:.2f}",
+           "difference (pp)": "", "95% interval (pp)": "", "MDE (pp)": "", "seeds": "",
+           "verdict": v.verdict, "why": v.reason}
+  if ev is not None and math.isfinite(ev.se):
+    low, high = ev.interval()
+    cells.update({"difference (pp)": pp(ev.diff), "95% interval (pp)": f"{pp(low)} .. {pp(high)}",
+                  "MDE (pp)": f"{100 * ev.mde():.2f}", "seeds": "/".join(map(str, ev.seeds))})
+  return cells

@@ -1,0 +1,149 @@
+"""The verdict rule on simulated experiments whose truth is known: its error rates, not anecdotes.
+
+A simulated experiment: a population of sequences with their own difficulty;
+a test set of N of them; each model has a true accuracy offset, each seed of
+it a random offset (seed noise), and each (model, sequence) its own
+deviation (what makes a test set's sample matter, paired across models).
+The truth is the difference of the models' offsets.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from performer import verdicts
+from performer.verdicts import Claim, Replicates
+
+N, TOKENS, SEEDS = 300, 150, 3
+SEED_SD, SEQUENCE_SD = 0.002, 0.03  # 0.2 pp between seeds; 3 pp model-by-sequence deviations
+DELTA = 0.02  # 2 pp: about 1.5 times the design's MDE (3 seeds, 300 sequences)
+TRIALS = 200
+
+
+def _experiment(rng, offsets, seeds=SEEDS):
+  """{name: Replicates} of models with true accuracy offsets `offsets` on one test set."""
+  base = rng.beta(4, 20, size=N)  # difficulty of the drawn test sequences (mean ~17%)
+  tokens = rng.integers(TOKENS // 2, 2 * TOKENS, size=N).astype(float)
+  out = {}
+  for name, offset in offsets.items():
+    own = rng.normal(0, SEQUENCE_SD, size=N)  # this model's per-sequence deviation
+    p = base + offset + own + rng.normal(0, SEED_SD, size=(seeds, 1))
+    correct = rng.binomial(np.broadcast_to(tokens, p.shape).astype(int), np.clip(p, 0, 1))
+    out[name] = Replicates(correct, np.broadcast_to(tokens, p.shape))
+  return out
+
+
+def _claim(kind, delta=DELTA, **kw):
+  return Claim(id=kw.pop("id", "c"), text="simulated", kind=kind, a="a", b="b",
+               metric="accuracy", split="test", delta=delta, delta_source="simulation",
+               family="sim", **kw)
+
+
+def _rates(offset, kind, trials=TRIALS, seed=0):
+  """Share of each verdict over `trials` simulated experiments with true difference `offset`."""
+  rng = np.random.default_rng(seed)
+  counts = {}
+  for i in range(trials):
+    groups = _experiment(rng, {"a": offset, "b": 0.0})
+    ev = verdicts.estimate(groups["a"], groups["b"], bootstrap=200, seed=i)
+    (v,) = verdicts.decide([_claim(kind)], {"c": ev})
+    counts[v.verdict] = counts.get(v.verdict, 0) + 1
+  return {k: n / trials for k, n in counts.items()}
+
+
+# Monte Carlo slack: the standard error of a 5% rate over 200 trials is 1.5 points.
+SLACK = 0.035
+
+
+def test_equal_models_rarely_contradict_matches_or_prove_better():
+  matches = _rates(0.0, "matches")
+  assert matches.get(verdicts.CONTRADICTED, 0) <= 0.05 + SLACK, matches
+  assert matches.get(verdicts.REPRODUCED, 0) >= 0.8, matches  # the design has the power for 2 pp
+  better = _rates(0.0, "better", seed=1)
+  assert better.get(verdicts.REPRODUCED, 0) <= 0.025 + SLACK, better  # one side of a 5% test
+  assert better.get(verdicts.CONTRADICTED, 0) <= 0.025 + SLACK, better
+
+
+def test_models_two_deltas_apart_are_not_called_matching_and_better_is_found():
+  matches = _rates(2 * DELTA, "matches", seed=2)
+  assert matches.get(verdicts.REPRODUCED, 0) <= 0.05 + SLACK, matches
+  assert matches.get(verdicts.CONTRADICTED, 0) >= 0.5, matches
+  better = _rates(2 * DELTA, "better", seed=3)
+  assert better.get(verdicts.REPRODUCED, 0) >= 0.8, better
+  worse = _rates(2 * DELTA, "worse", seed=4)
+  assert worse.get(verdicts.CONTRADICTED, 0) >= 0.8 and worse.get(verdicts.REPRODUCED, 0) == 0
+
+
+def test_the_interval_covers_the_true_difference_about_95_percent_of_the_time():
+  rng = np.random.default_rng(5)
+  covered, mdes = 0, []
+  for i in range(TRIALS):
+    groups = _experiment(rng, {"a": 0.004, "b": 0.0})
+    ev = verdicts.estimate(groups["a"], groups["b"], bootstrap=200, seed=i)
+    low, high = ev.interval()
+    covered += low <= 0.004 <= high
+    mdes.append(ev.mde())
+  assert 0.95 - SLACK <= covered / TRIALS <= 1.0
+  assert 0.002 < np.median(mdes) < DELTA  # the design can see a 2 pp difference
+
+
+def test_the_gate_fails_without_signal_and_passes_with_it():
+  rng = np.random.default_rng(6)
+  passed = []
+  for gain in (0.0, 0.1):  # no signal; 10 pp, about 7 MDEs
+    hits = 0
+    for i in range(100):
+      groups = _experiment(rng, {"exact": gain, "identity": 0.0})
+      hits += verdicts.gate("U", groups["exact"], groups["identity"], bootstrap=200, seed=i).passed
+    passed.append(hits / 100)
+  assert passed[0] <= 0.05 and passed[1] >= 0.95, passed
+
+
+def test_a_failed_gate_makes_attention_claims_not_testable_whatever_the_difference():
+  rng = np.random.default_rng(7)
+  groups = _experiment(rng, {"a": 0.05, "b": 0.0, "exact": 0.0, "identity": 0.0})
+  gate = verdicts.gate("U", groups["exact"], groups["identity"], bootstrap=200)
+  claims = [_claim("better", id="x", direction="U"), _claim("better", id="y", direction="B")]
+  ev = verdicts.estimate(groups["a"], groups["b"], bootstrap=200)
+  got = verdicts.decide(claims, {"x": ev, "y": ev}, {"U": gate})
+  assert [v.verdict for v in got] == [verdicts.NOT_TESTABLE, verdicts.REPRODUCED]
+  assert "identity control" in got[0].reason
+
+
+def test_one_seed_is_inconclusive_and_a_missing_claim_not_tested():
+  rng = np.random.default_rng(8)
+  single = _experiment(rng, {"a": 0.05, "b": 0.0}, seeds=1)
+  ev = verdicts.estimate(single["a"], single["b"], bootstrap=50)
+  assert math.isnan(ev.se_seed) and ev.se_test > 0
+  got = verdicts.decide([_claim("better", id="x"), _claim("better", id="z")], {"x": ev})
+  assert [v.verdict for v in got] == [verdicts.INCONCLUSIVE, verdicts.NOT_TESTED]
+  assert verdicts.row(got[0])["difference (pp)"] == ""  # no interval without seed variance
+
+
+def test_holm_adjusts_step_down_and_stays_monotone():
+  np.testing.assert_allclose(verdicts.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+  np.testing.assert_allclose(verdicts.holm([0.5, 0.001]), [0.5, 0.002])
+
+
+def test_tost_and_the_two_sided_p_values_against_closed_forms():
+  ev = verdicts.Evidence(diff=0.002, se_seed=0.003, se_test=0.004, df=math.inf, seeds=(3, 3))
+  assert ev.se == pytest.approx(0.005)
+  from scipy.stats import norm  # pylint: disable=import-outside-toplevel
+  assert verdicts.p_value(_claim("matches", delta=0.01), ev) == pytest.approx(
+      norm.sf((0.01 - 0.002) / 0.005))
+  assert verdicts.p_value(_claim("better"), ev) == pytest.approx(2 * norm.sf(0.002 / 0.005))
+  assert ev.mde() == pytest.approx((norm.ppf(0.975) + norm.ppf(0.8)) * 0.005)
+  low, high = ev.interval()
+  assert (low, high) == pytest.approx((0.002 - 1.959964 * 0.005, 0.002 + 1.959964 * 0.005))
+
+
+def test_bad_claims_and_replicates_are_refused():
+  with pytest.raises(ValueError, match="kind 'equal'"):
+    _claim("equal")
+  with pytest.raises(ValueError, match="delta must be > 0"):
+    _claim("matches", delta=0)
+  with pytest.raises(ValueError, match="0 <= correct <= tokens"):
+    Replicates([[3.0]], [[2.0]])
+  with pytest.raises(ValueError, match="same sequences"):
+    verdicts.estimate(Replicates([[1.0, 1.0]], [[2.0, 2.0]]), Replicates([[1.0]], [[2.0]]))
