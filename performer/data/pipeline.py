@@ -42,7 +42,7 @@ class DataConfig:
   task: str = "single"  # TrEMBL: single or concat; PG-19 datasets have one task
   seq_len: int = 1024
   batch_size: int = 8
-  seed: int = 0
+  seed: int | None = None  # the order of train examples; None: the run's TrainConfig.seed
   mlm_rate: float = 0.15
   mlm_mask: float = 0.8
   mlm_random: float = 0.1
@@ -158,7 +158,8 @@ class Batches:
       raise UserError(f"{cfg.path}: the {split!r} split is empty")
     ids = vocab_ids(cfg)
     self.pad, self.eos = ids.pad, ids.eos
-    self.stream = grain.MapDataset.source(self.source).shuffle(seed=cfg.seed).repeat()
+    # A config built outside a run (tests, tools) without a seed shuffles as seed 0.
+    self.stream = grain.MapDataset.source(self.source).shuffle(seed=cfg.seed or 0).repeat()
 
   def _stack(self, records, ids):
     pairs = [_example(r, self.cfg.seq_len, self.eos, self.pad, self.causal) for r in records]

@@ -9,6 +9,7 @@ import json
 import math
 import os
 
+from performer import attention
 from performer.data.pipeline import DataConfig
 from performer.data.vocab import Ids
 from performer.errors import UserError
@@ -89,6 +90,20 @@ class Config:
   train: TrainConfig
   mesh: MeshConfig
   vocab: Ids
+
+  def __post_init__(self):
+    # A replicate is a seed of the whole run: unless set apart, the data order
+    # (DataConfig.seed) and every random draw of the attention (its `seed`
+    # option: W, Reformer's rotations, Linformer's projections) follow
+    # TrainConfig.seed, as initialisation and dropout do. Fig. 15 sets the
+    # feature seed apart. The resolved numbers are what config.json records.
+    seed = self.train.seed
+    if self.data.seed is None:
+      object.__setattr__(self, "data", dataclasses.replace(self.data, seed=seed))
+    options = dict(self.model.attention_options or {})
+    if attention.info(self.model.attention).random_state and "seed" not in options:
+      object.__setattr__(self, "model", dataclasses.replace(
+          self.model, attention_options={**options, "seed": seed}))
 
   def to_json(self):
     """A dict of plain values, one entry per config."""

@@ -17,6 +17,7 @@ from performer.errors import UserError
 from performer.train import evaluate, loop, metrics, steps
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
+from performer.train.config import Config
 
 TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 1",
         "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
@@ -126,8 +127,9 @@ def test_resuming_another_run_names_the_difference_and_allowed_changes_are_recor
                                       "resume it with its own config"):
     _train(data, tmp_path, "TrainConfig.steps = 6", "OptimConfig.clip_norm = 0.0")
   # a Performer-ReLU run resumed as Performer-softmax: refused, naming both differences
-  with pytest.raises(UserError, match=r"model.attention is 'performer_relu' there and "
-                                      r"'performer_softmax' here \(and 1 more: train.seed\)"):
+  # (a seed is the whole replicate: the data order and the features W follow it)
+  with pytest.raises(UserError, match=r"data.seed is 0 there and 4 here \(and 3 more: "
+                                      r"model.attention, model.attention_options, train.seed\)"):
     _train(data, tmp_path, "TrainConfig.steps = 6", "ModelConfig.attention = 'performer_softmax'",
            "TrainConfig.seed = 4")
   assert not (tmp_path / "resumes.jsonl").exists()
@@ -414,3 +416,23 @@ def test_reformer_rotations_are_redrawn_each_step_and_restored_on_resume(data, t
          config="gin/mini/trembl_u_reformer.gin")
   last = lambda w: [r for r in _rows(w) if r["split"] == "valid"][-1]
   assert last(tmp_path) == last(tmp_path / "whole")
+
+
+def test_a_replicate_seed_varies_init_data_order_and_random_features(data):
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  apart = "ModelConfig.attention_options = {'num_features': 8, 'seed': 5}"
+  resolved = []
+  for seed, extra in ((0, []), (1, []), (1, [apart]), (0, [apart])):
+    configurables.parse([os.path.join(root, "gin/mini/trembl_u_performer_softmax.gin")],
+                        [f"DataConfig.path = '{data}'", *TINY, f"TrainConfig.seed = {seed}", *extra])
+    cfg = configurables.resolve()
+    model, _ = state_lib.build(cfg)
+    order = pipeline.Batches(cfg.data, "train", causal=True).train_batch(0)["inputs"]
+    resolved.append((cfg, np.asarray(model.blocks[0].attn.W[...]), order))
+  (c0, w0, o0), (c1, w1, o1), (c5, w5, _), (_, w5_seed0, _) = resolved
+  assert (c0.data.seed, c1.data.seed) == (0, 1)  # recorded in config.json as numbers
+  assert (c0.model.attention_options["seed"], c1.model.attention_options["seed"]) == (0, 1)
+  assert not np.array_equal(o0, o1) and not np.allclose(w0, w1)
+  assert c5.model.attention_options["seed"] == 5 and c5.data.seed == 1
+  np.testing.assert_array_equal(w5, w5_seed0)  # a feature seed set apart (Fig. 15) stays apart
+  assert Config.from_json(c1.to_json()) == c1
