@@ -251,6 +251,10 @@ def decide(claims, evidence, gates=None, *, alpha=ALPHA):
     gated = gates.get(claim.direction)
     if ev is None:
       out[claim.id] = Verdict(claim, NOT_TESTED, "no runs")
+    elif gated is not None and not math.isfinite(gated.evidence.se):
+      out[claim.id] = Verdict(claim, INCONCLUSIVE, (
+          f"({claim.direction}) the scale gate needs >= 2 seeds of exact and of the control, has "
+          f"{gated.evidence.seeds}"), ev)
     elif gated is not None and not gated.passed:
       low, _ = gated.evidence.interval()
       out[claim.id] = Verdict(claim, NOT_TESTABLE, (

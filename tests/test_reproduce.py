@@ -10,13 +10,16 @@ import time
 
 import pytest
 
+from performer import verdicts
+from performer.figures import claims as claims_lib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = ["u_exact", "u_performer_relu", "u_performer_softmax", "u_reformer", "b_exact",
                "b_performer_relu", "b_performer_softmax", "b_linformer", "u_exact_seed1",
                "u_performer_relu_seed1"]
-CLAIMS = ["Performer-softmax matches the Transformer", "Performer-ReLU is the best",
-          "Reformer and Linformer drop in accuracy", "OOD accuracy follows test accuracy"]
-VERDICTS = {"reproduced", "reproduced in part", "not reproduced", "not tested"}
+CLAIMS = [claim[0] for claim in claims_lib.CLAIMS]
+VERDICTS = {verdicts.REPRODUCED, verdicts.CONTRADICTED, verdicts.INCONCLUSIVE,
+            verdicts.NOT_TESTABLE, verdicts.NOT_TESTED}
 
 
 REPRODUCE = [sys.executable, "-m", "performer.cli", "reproduce", "--budget", "tiny"]
@@ -132,7 +135,7 @@ def test_every_table_figure_and_verdict_row_is_written(tiny):
     assert float(row["OOD perplexity"]) == pytest.approx(ood["perplexity"])
   claims = list(csv.DictReader(open(results / "claims.csv")))
   assert [row["claim"] for row in claims] == CLAIMS
-  assert all(row["verdict"] in VERDICTS and row["reason"] for row in claims)
+  assert all(row["verdict"] in VERDICTS and row["why"] for row in claims)
   assert "not tested" not in {row["verdict"] for row in claims}  # every model was run
   table1 = list(csv.DictReader(open(results / "table1.csv")))
   stats = json.load(open(runs / "data" / "sample" / "stats.json"))

@@ -147,3 +147,13 @@ def test_bad_claims_and_replicates_are_refused():
     Replicates([[3.0]], [[2.0]])
   with pytest.raises(ValueError, match="same sequences"):
     verdicts.estimate(Replicates([[1.0, 1.0]], [[2.0, 2.0]]), Replicates([[1.0]], [[2.0]]))
+
+
+def test_a_gate_without_seed_variance_leaves_its_claims_inconclusive():
+  rng = np.random.default_rng(9)
+  groups = _experiment(rng, {"exact": 0.2, "identity": 0.0, "a": 0.0, "b": 0.0}, seeds=1)
+  gate = verdicts.gate("U", groups["exact"], groups["identity"], bootstrap=50)
+  two = _experiment(rng, {"a": 0.0, "b": 0.0})
+  ev = verdicts.estimate(two["a"], two["b"], bootstrap=50)
+  (v,) = verdicts.decide([_claim("matches", id="x", direction="U")], {"x": ev}, {"U": gate})
+  assert v.verdict == verdicts.INCONCLUSIVE and "needs >= 2 seeds" in v.reason
