@@ -94,7 +94,8 @@ def render(run_dirs, out_path, metric="accuracy"):
   """
   check_metric(metric)
   figure_format(out_path)  # a wrong extension fails first
-  groups = runs.by_model(runs.load_runs(run_dirs))
+  loaded = runs.load_runs(run_dirs)
+  groups = runs.by_model(loaded)
   check_figure_path(out_path)  # before drawing, not after
   directions = [d for d in runs.DIRECTIONS if any(key[0] == d for key in groups)]
   fig, axes = plt.subplots(1, len(directions), figsize=(6.5 * len(directions), 4.2),
@@ -104,7 +105,10 @@ def render(run_dirs, out_path, metric="accuracy"):
     plt.close(fig)
     raise UserError(f"{', '.join(run_dirs)}: no train or valid rows with {metric} in "
                     "metrics.jsonl")
-  fig.suptitle(f"Protein LM {metric} (Fig. 6 style): train dashed, validation solid", fontsize=11)
+  data = sorted({(r.config.get("data", {}).get("task", "?"), r.config.get("data", {}).get("seq_len"))
+                 for r in loaded}, key=str)
+  what = "; ".join(f"{task} task, L = {length}" for task, length in data)
+  fig.suptitle(f"Language models, {metric} ({what}): train dashed, validation solid", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path

@@ -145,6 +145,9 @@ def _eval(path):
   for key in ("accuracy", "perplexity"):
     if not _number(record.get(key)):
       raise UserError(f"{path}: {key} = {record.get(key)!r} is not a finite number")
+  for key in ("accuracy", "baseline_accuracy"):
+    if key in record and _number(record[key]) and not 0 <= record[key] <= 1:
+      raise UserError(f"{path}: {key} = {record[key]!r} is not a fraction in [0, 1]")
   return {k: v for k, v in record.items() if not isinstance(v, float) or math.isfinite(v)}
 
 

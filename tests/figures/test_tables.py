@@ -166,7 +166,9 @@ def test_bad_run_folders_fail_with_one_line_naming_the_path(tmp_path, make_run, 
   empty.mkdir()
   no_metrics = make_run("nm", "exact", causal=True)
   (tmp_path / "runs" / "nm" / "metrics.jsonl").unlink()
+  percent = make_run("pc", "exact", causal=True, test=(30.8, 9.0))  # a percentage, not a fraction
   cases = [(["--runs", str(empty)], f"{empty}: no config.json"),
+           (["--runs", percent], "eval_test.json: accuracy = 30.8 is not a fraction in [0, 1]"),
            (["--runs", no_metrics], f"{no_metrics}: no metrics.jsonl"),
            (["--runs", str(tmp_path / "missing")], "no such run folder"),
            (["--input", "x.json"], "give --runs RUN"),
