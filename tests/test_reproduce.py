@@ -12,11 +12,11 @@ import pytest
 
 from performer import verdicts
 from performer.figures import claims as claims_lib
+from performer.plans import fig6
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENTS = ["u_exact", "u_performer_relu", "u_performer_softmax", "u_reformer", "b_exact",
-               "b_performer_relu", "b_performer_softmax", "b_linformer", "u_exact_seed1",
-               "u_performer_relu_seed1"]
+EXPERIMENTS = [f"{d}_{a}" + (f"_seed{s}" if s else "") for s in fig6.REPLICATES
+               for d, names in fig6.MODELS.items() for a in names]
 CLAIMS = [claim[0] for claim in claims_lib.CLAIMS]
 VERDICTS = {verdicts.REPRODUCED, verdicts.CONTRADICTED, verdicts.INCONCLUSIVE,
             verdicts.NOT_TESTABLE, verdicts.NOT_TESTED}
@@ -106,14 +106,16 @@ def test_every_experiment_is_trained_and_evaluated_on_test_and_ood(tiny):
   runs, _ = tiny
   for name in EXPERIMENTS:
     config = json.load(open(runs / name / "config.json"))
-    assert config["train"]["steps"] == 3 and config["train"]["seed"] == (1 if "seed1" in name else 0)
+    settings = config["train"]["settings"]
+    assert config["train"]["steps"] == 3 and config["train"]["seed"] == settings["seed"]
+    assert config["data"]["seed"] == settings["seed"]  # the replicate varies the data order too
     assert config["model"]["causal"] == name.startswith("u_")
     assert config["train"]["settings"]["direction"] == name[0]  # the sweep's settings, recorded
     for split in ("test", "ood"):
       result = json.load(open(runs / name / f"eval_{split}.json"))
       assert result["step"] == 3 and result["split"] == split and result["tokens"] > 0
-  assert json.load(open(runs / "b_linformer" / "config.json"))["model"]["attention_options"] == \
-      {"num_projections": 16}
+  assert json.load(open(runs / "b_linformer_seed2" / "config.json"))["model"]["attention_options"] == \
+      {"num_projections": 16, "seed": 2}
 
 
 @pytest.mark.slow  # the tiny fig6 run: ~2.5 min; tables, figures and verdicts have fast tests

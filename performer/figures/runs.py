@@ -96,8 +96,15 @@ class Run:
     return self.metrics[-1]["step"] if self.metrics else None
 
   def value(self, split, key):
-    """evals[split][key] (a finite number) or None when not evaluated."""
+    """evals[split][key] (a finite number) or None when not evaluated or diverged."""
     return self.evals.get(split, {}).get(key)
+
+  @property
+  def failed(self):
+    """Why this run's numbers are missing: 'diverged at step N', 'diverged', or ''."""
+    if self.diverged is not None:
+      return f"diverged at step {self.diverged_at}"
+    return "diverged" if any(e.get("diverged") for e in self.evals.values()) else ""
 
 
 def _json(path):
@@ -142,6 +149,11 @@ def _eval(path):
   record = _json(path)
   if not isinstance(record, dict):
     raise UserError(f"{path}: expected an eval result object")
+  if record.get("diverged") or any(
+      isinstance(record.get(k), float) and not math.isfinite(record[k])
+      for k in ("loss", "accuracy", "perplexity")):
+    # A diverged model (NaN or Inf): shown as such, its numbers left out.
+    return {"diverged": True, "step": record.get("step")}
   for key in ("accuracy", "perplexity"):
     if not _number(record.get(key)):
       raise UserError(f"{path}: {key} = {record.get(key)!r} is not a finite number")

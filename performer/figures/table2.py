@@ -77,7 +77,8 @@ def rows_and_notes(loaded):
       model = label + (" (extra)" if group[0].extra else "")
       summary = len(group) == 1
       for run in group:
-        rows.append([f"({direction})", model, run.seed, run.step, *_ours(run.value),
+        rows.append([f"({direction})", model + (f" ({run.failed})" if run.failed else ""),
+                     run.seed, run.step, *_ours(run.value),
                      *(_paper(direction, label) if summary else [None] * 4), run.name])
       if len(group) > 1:
         mean = lambda split, key, group=group: runs.mean(r.value(split, key) for r in group)

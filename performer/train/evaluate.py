@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import os
+import sys
 
 import jax
 import numpy as np
@@ -166,6 +167,11 @@ def run_splits(workdir, splits):
                             causal=cfg.model.causal, mlm=cfg.data.mlm, mesh=mesh,
                             multiplier=multiplier, per_example=True)
     result.update(step=step, split=split, sequences_file=f"eval_{split}_sequences.npz")
+    if not math.isfinite(result["loss"]):  # tables show it as diverged, not refuse every run
+      result["diverged"] = True
+      if jax.process_index() == 0:
+        print(f"performer eval: warning: {workdir}: non-finite {split} loss: the model diverged; "
+              f"eval_{split}.json marks it", file=sys.stderr)
     if proteins:
       result.update(_baseline(cfg, freq, batches))
     if jax.process_index() == 0:

@@ -322,3 +322,18 @@ def test_help_lists_every_figure_with_one_line():
       assert any(line.split() and line.split()[0] == name and line.endswith(summary)
                  for line in lines), (name, text)
   assert set(figures.SUMMARIES) == set(figures.FIGURES)
+
+
+def test_a_diverged_run_is_marked_in_table2_not_fatal(tmp_path, make_run):
+  good = make_run("good", "exact", causal=True, test=(0.3, 9.0))
+  nan = make_run("nan", "performer_relu", causal=True, test=(0.3, 9.0))
+  record = json.load(open(f"{nan}/eval_test.json"))
+  record.update(loss=float("nan"), accuracy=float("nan"), perplexity=float("nan"))
+  with open(f"{nan}/eval_test.json", "w") as f:
+    json.dump(record, f)  # NaN as Python writes it
+  stopped = make_run("stopped", "performer_softmax", causal=True, diverged=130)
+  figures.render("table2", [good, nan, stopped], str(tmp_path / "t.md"))
+  rows = {r["run"]: r for r in _table(tmp_path / "t.md") if r["run"] in ("good", "nan", "stopped")}
+  assert rows["nan"]["model"] == "Performer-ReLU (diverged)" and rows["nan"]["test accuracy %"] == "-"
+  assert rows["stopped"]["model"] == "Performer-softmax (diverged at step 130)"
+  assert float(rows["good"]["test accuracy %"]) == pytest.approx(30.0)

@@ -436,3 +436,17 @@ def test_a_replicate_seed_varies_init_data_order_and_random_features(data):
   assert c5.model.attention_options["seed"] == 5 and c5.data.seed == 1
   np.testing.assert_array_equal(w5, w5_seed0)  # a feature seed set apart (Fig. 15) stays apart
   assert Config.from_json(c1.to_json()) == c1
+
+
+def test_eval_of_a_diverged_model_writes_a_file_marked_so(data, tmp_path, monkeypatch, capsys):
+  _train(data, tmp_path, "TrainConfig.steps = 3")
+  real = evaluate.evaluate
+
+  def nan_metrics(*args, **kwargs):  # as a model with NaN weights scores
+    result, each = real(*args, **kwargs)
+    return {**result, "loss": float("nan"), "accuracy": 0.0, "perplexity": float("nan")}, each
+  monkeypatch.setattr(evaluate, "evaluate", nan_metrics)
+  result = evaluate.run(str(tmp_path), "test")
+  assert result["diverged"] is True
+  assert json.load(open(tmp_path / "eval_test.json"))["diverged"] is True
+  assert "non-finite test loss: the model diverged" in capsys.readouterr().err
