@@ -40,7 +40,20 @@ def stop_if_diverged(workdir, host, last_checkpoint, model_cfg):
                              f"stopped; {_kept(last_checkpoint)}{_favor_hint(model_cfg)}")
 
 
-def record(workdir, step, last_checkpoint, loss_sum, grad_norm):
+def stop_if_invalid(workdir, step, valid, last_checkpoint, model_cfg):
+  """Raises TrainingDiverged, before the step's checkpoint, when the valid loss is not finite.
+
+  A checkpoint counts as good only if its metrics are finite: the train
+  loss of the last steps can be finite while the weights already give NaN.
+  """
+  if math.isfinite(valid["loss"]):
+    return
+  record(workdir, step, last_checkpoint, valid["loss"], 0.0, what="valid loss")
+  raise TrainingDiverged(f"non-finite validation loss at step {step}; stopped before saving it; "
+                         f"{_kept(last_checkpoint)}{_favor_hint(model_cfg)}")
+
+
+def record(workdir, step, last_checkpoint, loss_sum, grad_norm, *, what="loss"):
   """Writes <workdir>/diverged.json (atomically) for figures to mark where the run stopped.
 
   {"step": the loop's step index, i.e. the number of good updates before
@@ -50,7 +63,7 @@ def record(workdir, step, last_checkpoint, loss_sum, grad_norm):
   """
   if jax.process_index():
     return
-  bad = [f"{name} {value}" for name, value in (("loss", loss_sum), ("gradient norm", grad_norm))
+  bad = [f"{name} {value}" for name, value in ((what, loss_sum), ("gradient norm", grad_norm))
          if not math.isfinite(value)]
   record = {"step": int(step), "last_checkpoint": last_checkpoint,
             "reason": "non-finite " + " and ".join(bad)}

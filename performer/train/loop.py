@@ -143,6 +143,8 @@ def run(cfg, workdir, *, progress=True, records=None):
         if evaluate_now:
           last_valid = validate()
           writer.write(done, last_valid, "valid")
+          # Weights that score NaN on valid are no good checkpoint, whatever the train loss said.
+          divergence.stop_if_invalid(workdir, done, last_valid, ckpt.latest_step(), cfg.model)
         if save:
           ckpt.save(done, model, optimizer, {"step": done})
         if stopping and done < train.steps:

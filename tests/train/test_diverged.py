@@ -81,3 +81,22 @@ def test_a_malformed_record_is_a_one_line_error(tmp_path):
   (folder / "diverged.json").write_text(json.dumps({"step": "soon"}))
   with pytest.raises(UserError, match=r"diverged.json: step = 'soon' is not a step number"):
     runs.load_run(str(folder))
+
+
+def test_weights_that_score_nan_on_valid_are_not_saved_as_a_good_checkpoint(data, tmp_path, capsys,
+                                                                             monkeypatch):
+  from performer.train import evaluate  # pylint: disable=import-outside-toplevel
+  real = evaluate.evaluate
+
+  def nan_from_step_4(model, batches, **kwargs):  # the train loss stays finite
+    result = real(model, batches, **kwargs)
+    nan_from_step_4.calls += 1
+    return {**result, "loss": float("nan")} if nan_from_step_4.calls >= 2 else result
+  nan_from_step_4.calls = 0
+  monkeypatch.setattr(evaluate, "evaluate", nan_from_step_4)
+  assert _train(data, tmp_path, "TrainConfig.steps = 6") == 2
+  (line,) = _error_lines(capsys)
+  assert "non-finite validation loss at step 4; stopped before saving it" in line
+  assert "the last good checkpoint is step 2" in line, line
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
+  assert _record(tmp_path)["step"] == 4 and "valid loss nan" in _record(tmp_path)["reason"]
