@@ -69,7 +69,8 @@ def test_appendix_runs_train_with_their_settings(appendix):
   config = lambda name: json.load(open(runs / name / "config.json"))
   positive = config("fig5_u_positive")
   assert positive["train"]["init_from"] == str(runs / "u_exact")
-  assert positive["model"]["attention_options"] == {"num_features": 16, "redraw_every": 1}
+  assert positive["model"]["attention_options"] == {"num_features": 16, "redraw_every": 1,
+                                                     "seed": 0}  # the run's seed
   rows = [json.loads(line) for line in open(runs / "fig5_u_positive" / "metrics.jsonl")]
   assert {(r["step"], r["split"]) for r in rows} >= {(0, "valid"), (3, "valid")}  # transfer, end
   assert config("fig5_b_linformer")["model"]["causal"] is False
