@@ -3,10 +3,14 @@
 Reads the metrics.jsonl of run folders (runs.py) and draws one metric
 (accuracy in %, perplexity or loss) against the step: one panel per
 direction that has runs ((U), then (B)), one colour per model, the same in
-both panels; the seeds of one model share its colour, the lowest seed drawn
-full, the others thinner and lighter. Legends sit beside the panels. Never
-recomputes anything.
+both panels. A model with one seed is drawn as it ran; one with several as
+the mean over its seeds at the steps they share, with a band from the
+lowest to the highest seed on validation. A dotted grey line marks the
+empirical-frequency baseline (Table 2) where the runs' test evals give it.
+Legends sit beside the panels. Never recomputes anything.
 """
+
+import math
 
 import matplotlib
 
@@ -47,18 +51,26 @@ def _panel(ax, direction, groups, metric):
     if d != direction:
       continue
     colour = COLOURS.get(label) or next(spare, "0.5")
-    for i, run in enumerate(group):  # by seed: the first full, the others lighter
-      width, alpha = (1.8, 1.0) if i == 0 else (0.9, 0.5)
-      for split, style in STYLES.items():
-        steps, values = curve(run, split, metric)
-        if steps:
-          ax.plot(steps, values, color=colour, linestyle=style, linewidth=width, alpha=alpha,
-                  marker="o" if split == "valid" else None, markersize=2.5 * width,
-                  label=f"{runs.model_label(run)} seed {run.seed} {split}")  # markers: few evals
-          drawn += 1
-    seeds = f" ({len(group)} seeds)" if len(group) > 1 else ""
+    for split, style in STYLES.items():
+      steps, values = _seed_curves(group, split, metric)  # values [seeds][steps]
+      if not steps:
+        continue
+      mean = [sum(v) / len(v) for v in zip(*values)]
+      ax.plot(steps, mean, color=colour, linestyle=style, linewidth=1.8,
+              marker="o" if split == "valid" else None, markersize=4,  # markers: few evals
+              label=f"{runs.model_label(group[0])} {split}")
+      if split == "valid" and len(values) > 1:
+        ax.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
+                        color=colour, alpha=0.2, linewidth=0)
+      drawn += 1
+    seeds = f" (mean of {len(group)} seeds, band: their range)" if len(group) > 1 else ""
     handles.append(Line2D([], [], color=colour, linewidth=1.8,
-                          label=label + (" (extra)" if group[0].extra else "") + seeds))
+                          label=label + runs.tag(group[0]) + seeds))
+  baseline = _baseline(groups, direction, metric)
+  if baseline is not None:
+    ax.axhline(baseline, color="0.5", linestyle=":", linewidth=1.2)
+    handles.append(Line2D([], [], color="0.5", linestyle=":",
+                          label=f"empirical baseline, test ({baseline:.3g})"))
   handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
               Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=4,
                      label="validation")]
@@ -69,6 +81,27 @@ def _panel(ax, direction, groups, metric):
   ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
             borderaxespad=0)  # beside the panel: inside, it covers curves
   return drawn
+
+
+def _seed_curves(group, split, metric):
+  """(steps every seed logged, [seed][step] values): one seed's whole curve, else the shared steps."""
+  curves = [dict(zip(*curve(run, split, metric))) for run in group]
+  curves = [c for c in curves if c]
+  if not curves:
+    return [], []
+  steps = sorted(set.intersection(*(set(c) for c in curves)))
+  return steps, [[c[s] for s in steps] for c in curves]
+
+
+def _baseline(groups, direction, metric):
+  """The mean empirical-frequency baseline of a direction's test evals in `metric`'s unit, or None."""
+  key = {"accuracy": "baseline_accuracy", "perplexity": "baseline_perplexity",
+         "loss": "baseline_perplexity"}[metric]
+  value = runs.mean(r.value("test", key) for (d, _), group in groups.items() if d == direction
+                    for r in group)
+  if value is None:
+    return None
+  return 100 * value if metric == "accuracy" else math.log(value) if metric == "loss" else value
 
 
 def step_axis(ax, label="step"):

@@ -246,7 +246,15 @@ def _named_by_depth(runs):
 
 def model_label(run):
   """'(U) Transformer', '(B) Reformer (extra)': a model as the tables and legends name it."""
-  return f"({run.direction}) {run.label}" + (" (extra)" if run.extra else "")
+  return f"({run.direction}) {run.label}{tag(run)}"
+
+
+def tag(run):
+  """' (control)' for identity attention (the verdicts' scale gate), ' (extra)' for a model the
+  paper did not train in this direction, else ''."""
+  if run.attention == "identity":
+    return " (control)"
+  return " (extra)" if run.extra else ""
 
 
 def by_model(runs):

@@ -74,7 +74,7 @@ def rows_and_notes(loaded):
         rows.append([f"({direction})", label, "not run", None, None, None, None, None,
                      *_paper(direction, label), "-"])
         continue
-      model = label + (" (extra)" if group[0].extra else "")
+      model = label + runs.tag(group[0])
       summary = len(group) == 1
       for run in group:
         rows.append([f"({direction})", model + (f" ({run.failed})" if run.failed else ""),
@@ -104,7 +104,8 @@ def render(run_dirs, out_path):
        "--split test|ood` writes them) or the paper reports no such number."),
       "Mean over seeds: arithmetic means of accuracy and perplexity over the seeds evaluated.",
       ("(extra): a model the paper did not train in this direction (Fig. 6 has Reformer (U) "
-       "and Linformer (B) only)."),
+       "and Linformer (B) only); (control): identity attention, no mixing across positions, "
+       "the scale gate of the claims."),
       ("Paper: Table 2 (App. C.3), 36 layers, L = 1024; its 'Performer (generalized)' is "
        "Performer-ReLU (App. A.4); its empirical baseline applies to both directions."),
       *notes]

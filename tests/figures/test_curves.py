@@ -25,28 +25,33 @@ def _lines(ax):
 
 
 def test_panels_styles_colours_and_values(tmp_path, monkeypatch, make_run):
-  folders = [make_run("u0", "exact", causal=True, seed=0, metrics=ROWS),
-             make_run("u1", "exact", causal=True, seed=1, metrics=ROWS[:1]),
+  later = [(10, "train", 0.13, 16.0, 2.8), (20, "train", 0.19, 13.0, 2.6),
+           (20, "valid", 0.15, 15.0, 2.7)]
+  folders = [make_run("u0", "exact", causal=True, seed=0, metrics=ROWS, test=(0.13, 15.0)),
+             make_run("u1", "exact", causal=True, seed=1, metrics=later, test=(0.15, 15.0)),
              make_run("b0", "exact", causal=False, seed=0, metrics=ROWS),
              make_run("b1", "linformer", causal=False, seed=0, metrics=ROWS)]
   u, b = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
   assert u.get_title().startswith("(U)") and b.get_title().startswith("(B)")
   assert u.get_ylabel() == "accuracy (%)"
-  train = _lines(u)["(U) Transformer seed 0 train"]
-  valid = _lines(u)["(U) Transformer seed 0 valid"]
+  train, valid = _lines(u)["(U) Transformer train"], _lines(u)["(U) Transformer valid"]
   assert train.get_linestyle() == "--" and valid.get_linestyle() == "-"
   assert list(train.get_xdata()) == [10, 20]
-  assert list(train.get_ydata()) == pytest.approx([11.0, 17.0])  # accuracy in %
-  assert list(valid.get_ydata()) == pytest.approx([13.0])
-  # Same colour for the Transformer in both panels; a second seed thinner and lighter.
-  other_panel = _lines(b)["(B) Transformer seed 0 valid"]
-  assert other_panel.get_color() == valid.get_color()
-  assert _lines(b)["(B) Linformer seed 0 valid"].get_color() != valid.get_color()
-  seed1 = _lines(u)["(U) Transformer seed 1 train"]
-  assert seed1.get_color() == train.get_color()
-  assert seed1.get_linewidth() < train.get_linewidth() and seed1.get_alpha() < 1
+  assert list(train.get_ydata()) == pytest.approx([12.0, 18.0])  # the mean of two seeds, in %
+  assert list(valid.get_ydata()) == pytest.approx([14.0])
+  (band,) = u.collections  # validation: from the lowest seed to the highest
+  low, high = band.get_paths()[0].vertices[:, 1].min(), band.get_paths()[0].vertices[:, 1].max()
+  assert (low, high) == pytest.approx((13.0, 15.0))
+  # Same colour for the Transformer in both panels; another model another colour.
+  assert _lines(b)["(B) Transformer valid"].get_color() == valid.get_color()
+  assert _lines(b)["(B) Linformer valid"].get_color() != valid.get_color()
+  assert not b.collections  # one seed each: no band
+  # The empirical baseline (the test evals' 9.5%) as a dotted line, in the legend too.
   legend = [t.get_text() for t in u.get_legend().get_texts()]
-  assert legend == ["Transformer (2 seeds)", "train", "validation"]
+  assert legend == ["Transformer (mean of 2 seeds, band: their range)",
+                    "empirical baseline, test (9.5)", "train", "validation"]
+  (baseline,) = [line for line in u.get_lines() if line.get_linestyle() == ":"]
+  assert list(baseline.get_ydata()) == pytest.approx([9.5, 9.5])
   # Legends beside the panels, off the curves.
   renderer = u.figure.canvas.get_renderer()
   for ax in (u, b):
@@ -56,7 +61,7 @@ def test_panels_styles_colours_and_values(tmp_path, monkeypatch, make_run):
 def test_only_panels_with_runs_and_other_metrics(tmp_path, monkeypatch, make_run):
   folders = [make_run("u0", "performer_relu", causal=True, metrics=ROWS)]
   (ax,) = _drawn(monkeypatch, tmp_path, folders, "perplexity").axes
-  assert list(_lines(ax)["(U) Performer-ReLU seed 0 train"].get_ydata()) == [17.0, 14.0]
+  assert list(_lines(ax)["(U) Performer-ReLU train"].get_ydata()) == [17.0, 14.0]
   monkeypatch.undo()
   figures.render("curves", folders, str(tmp_path / "loss.png"), metric="loss")
   assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
@@ -97,6 +102,6 @@ def test_runs_of_one_model_at_several_depths_are_told_apart(tmp_path, monkeypatc
   folders.append(make_run("p", "performer_relu", causal=True, metrics=ROWS))
   (u,) = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
   lines = _lines(u)
-  colours = {lines[f"(U) Transformer {n}-layer seed 0 valid"].get_color() for n in (1, 2, 3)}
-  colours.add(lines["(U) Performer-ReLU seed 0 valid"].get_color())
+  colours = {lines[f"(U) Transformer {n}-layer valid"].get_color() for n in (1, 2, 3)}
+  colours.add(lines["(U) Performer-ReLU valid"].get_color())
   assert len(colours) == 4

@@ -337,3 +337,10 @@ def test_a_diverged_run_is_marked_in_table2_not_fatal(tmp_path, make_run):
   assert rows["nan"]["model"] == "Performer-ReLU (diverged)" and rows["nan"]["test accuracy %"] == "-"
   assert rows["stopped"]["model"] == "Performer-softmax (diverged at step 130)"
   assert float(rows["good"]["test accuracy %"]) == pytest.approx(30.0)
+
+
+def test_the_identity_control_is_named_a_control_not_an_extra(tmp_path, make_run):
+  control = make_run("control", "identity", causal=True, test=(0.1, 17.0))
+  figures.render("table2", [control], str(tmp_path / "t.md"))
+  (row,) = [r for r in _table(tmp_path / "t.md") if r["run"] == "control"]
+  assert row["model"] == "Identity (control)"
