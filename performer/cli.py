@@ -80,7 +80,8 @@ def _eval(args):
     raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
-  results = evaluate.run_splits(args.workdir, splits)
+  draws = {} if args.mask_draws is None else {"mask_draws": args.mask_draws}
+  results = evaluate.run_splits(args.workdir, splits, **draws)
   if jax.process_index() == 0:
     print(json.dumps(results[0] if len(results) == 1 else results, indent=1, sort_keys=True))
 
@@ -144,6 +145,10 @@ def _parser():
   p.add_argument("--split", default="test",
                  help="valid, test or ood, or several comma-separated (test,ood: one restore "
                       "and compile for both) (default test)")
+  p.add_argument("--mask-draws", type=int, default=None, metavar="N",
+                 help="(B) models: score N independent draws of the masks, summed, for a "
+                      "smaller sampling error; (U) models have none (default: MASK_DRAWS in "
+                      "train/evaluate.py, with the reason)")
   flags.add(p, distributed.ClusterFlags)
   p.set_defaults(func=_eval)
   for name in EXPERIMENTS:

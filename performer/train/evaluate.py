@@ -42,15 +42,23 @@ BASELINE_TRAIN_BATCHES = 1000
 
 
 # One wrapper for the process: a new nnx.jit per call would compile the step again each time.
-_eval_step = nnx.jit(steps.eval_step, static_argnames=("seed", "vocab", "causal", "mlm"))
+_eval_step = nnx.jit(steps.eval_step, static_argnames=("vocab", "causal", "mlm"))
+# (B) eval masks 15% of positions per draw: over a small test split the few masked
+# positions make the accuracy's sampling error several times that of (U) (0.11 against
+# 0.03 point on the mini runs). `performer eval` scores MASK_DRAWS independent draws of the
+# masks and sums them (4 draws: 4x the scored positions, a quarter of the mask variance, at
+# 4x the eval cost); training's validation keeps one draw.
+MASK_DRAWS = 4
 
 
 def evaluate(model, batches, *, seed, vocab, causal, mlm, mesh, multiplier=None, max_batches=0,
-             per_example=False):
+             per_example=False, mask_draws=1):
   """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw).
 
   Every process runs every batch (`eval_batches` gives each the same number),
-  and the sums are fetched once, at the end.
+  and the sums are fetched once, at the end. A (B) model is scored on
+  `mask_draws` independent draws of its masks, summed (draw 0 is the usual
+  one); a (U) model has no masks and is scored once.
 
   Returns:
     the metrics dict (metrics.summarize); with per_example, (metrics, {ids,
@@ -59,23 +67,28 @@ def evaluate(model, batches, *, seed, vocab, causal, mlm, mesh, multiplier=None,
   """
   model.eval()
   sums, each = [], []
-  for i, batch in enumerate(batches.eval_batches()):
-    if max_batches and i >= max_batches:
-      break
-    total, examples = _eval_step(model, sharding.global_batch(batch, mesh), seed=seed,
-                                 vocab=vocab, causal=causal, mlm=mlm)
-    sums.append(total)
-    if per_example:
-      each.append(examples)
+  draws = 1 if causal else mask_draws
+  for draw in range(draws):
+    key = steps.eval_key(seed, draw)
+    for i, batch in enumerate(batches.eval_batches()):
+      if max_batches and i >= max_batches:
+        break
+      total, examples = _eval_step(model, sharding.global_batch(batch, mesh), key, vocab=vocab,
+                                   causal=causal, mlm=mlm)
+      sums.append(total)
+      if per_example:
+        each.append(examples)
   model.train()
   result = metrics.summarize(metrics.total(jax.device_get(sums)), multiplier)
   if not per_example:
     return result
   gathered = {k: np.concatenate([_global(e[k]) for e in each]) for k in each[0]}
-  order = np.argsort(gathered["ids"], kind="stable")
-  real = order[gathered["ids"][order] >= 0]
-  return result, {k: v[real].astype(np.int64 if k == "ids" else np.float32)
-                  for k, v in gathered.items()}
+  real = gathered["ids"] >= 0
+  ids, inverse = np.unique(gathered["ids"][real], return_inverse=True)  # draws of one example add
+  out = {"ids": ids.astype(np.int64)}
+  for k in ("loss_sum", "correct_sum", "tokens"):
+    out[k] = np.bincount(inverse, weights=gathered[k][real], minlength=len(ids)).astype(np.float32)
+  return result, out
 
 
 def _global(x):
@@ -102,17 +115,19 @@ def _train_frequencies(cfg):
   return counts / counts.sum()
 
 
-def _baseline(cfg, freq, split_batches):
-  """Empirical-frequency accuracy and perplexity over the scored positions of a split."""
+def _baseline(cfg, freq, split_batches, mask_draws):
+  """Empirical-frequency accuracy and perplexity over the scored positions of a split (the same
+  mask draws as the model's)."""
   causal, mlm = cfg.model.causal, cfg.data.mlm
   hits = nll = n = 0.0
-  for batch in split_batches.eval_batches():
-    weights = np.asarray(_model_inputs(batch, cfg.vocab, jax.random.key(cfg.train.seed + 1),
-                                       causal=causal, mlm=mlm)[3]) > 0
-    targets = batch["targets"][weights]
-    hits += np.sum(targets == np.argmax(freq))
-    nll -= np.sum(np.log(np.maximum(freq[targets], 1e-12)))
-    n += len(targets)
+  for draw in range(1 if causal else mask_draws):
+    key = steps.eval_key(cfg.train.seed, draw)
+    for batch in split_batches.eval_batches():
+      weights = np.asarray(_model_inputs(batch, cfg.vocab, key, causal=causal, mlm=mlm)[3]) > 0
+      targets = batch["targets"][weights]
+      hits += np.sum(targets == np.argmax(freq))
+      nll -= np.sum(np.log(np.maximum(freq[targets], 1e-12)))
+      n += len(targets)
   hits, nll, n = _over_processes(np.array([hits, nll, n]))
   return {"baseline_accuracy": hits / n, "baseline_perplexity": math.exp(nll / n)}
 
@@ -134,19 +149,22 @@ def _over_processes(x):
   return np.ascontiguousarray(bits).view(np.float64).sum(0)
 
 
-def run(workdir, split):
+def run(workdir, split, *, mask_draws=MASK_DRAWS):
   """Evaluates the latest checkpoint of `workdir` on `split`; writes and returns eval_<split>.json.
 
   Each split has its own file, so evaluating another split keeps the first result.
+  A (B) model is scored over `mask_draws` draws of its masks (see MASK_DRAWS).
 
   Raises:
     UserError: no trained run in workdir, or no such split in its dataset.
   """
-  return run_splits(workdir, (split,))[0]
+  return run_splits(workdir, (split,), mask_draws=mask_draws)[0]
 
 
-def run_splits(workdir, splits):
+def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
   """`run` for several splits at once (one restore, one compile); returns their results in order."""
+  if mask_draws < 1:
+    raise UserError(f"--mask-draws must be >= 1, got {mask_draws}")
   cfg = Config.load(workdir)
   model, optimizer = state_lib.build(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
@@ -165,15 +183,16 @@ def run_splits(workdir, splits):
     multiplier = pipeline.multiplier(cfg.data, split)  # PG-19: adds word-level perplexity
     result, each = evaluate(model, batches, seed=cfg.train.seed, vocab=cfg.vocab,
                             causal=cfg.model.causal, mlm=cfg.data.mlm, mesh=mesh,
-                            multiplier=multiplier, per_example=True)
-    result.update(step=step, split=split, sequences_file=f"eval_{split}_sequences.npz")
+                            multiplier=multiplier, per_example=True, mask_draws=mask_draws)
+    result.update(step=step, split=split, sequences_file=f"eval_{split}_sequences.npz",
+                  mask_draws=1 if cfg.model.causal else mask_draws)
     if not math.isfinite(result["loss"]):  # tables show it as diverged, not refuse every run
       result["diverged"] = True
       if jax.process_index() == 0:
         print(f"performer eval: warning: {workdir}: non-finite {split} loss: the model diverged; "
               f"eval_{split}.json marks it", file=sys.stderr)
     if proteins:
-      result.update(_baseline(cfg, freq, batches))
+      result.update(_baseline(cfg, freq, batches, mask_draws))
     if jax.process_index() == 0:
       with atomic_path(os.path.join(workdir, result["sequences_file"])) as tmp, \
           open(tmp, "wb") as f:

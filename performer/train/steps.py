@@ -55,14 +55,19 @@ def train_step(graphdef, state, batch, step, *, seed, vocab, causal, mlm):
   return nnx.state((model, optimizer)), sums, optax.tree.norm(grads)
 
 
-def eval_step(model, batch, *, seed, vocab, causal, mlm):
-  """Sums over one batch, without redraw or dropout; (B) masks keyed by example id.
+def eval_key(seed, draw=0):
+  """The key of (B) eval masks: draw 0 is the one key every eval used; draw d > 0 another."""
+  key = jax.random.key(seed + 1)
+  return key if draw == 0 else jax.random.fold_in(key, draw)
+
+
+def eval_step(model, batch, key, *, vocab, causal, mlm):
+  """Sums over one batch, without redraw or dropout; (B) masks from `key` and the example ids.
 
   Returns:
     (sums over the batch, per-example sums [B] with the batch's `ids`).
   """
-  inputs, mask, targets, weights = model_inputs(batch, vocab, jax.random.key(seed + 1),
-                                                causal=causal, mlm=mlm)
+  inputs, mask, targets, weights = model_inputs(batch, vocab, key, causal=causal, mlm=mlm)
   logits = model(inputs, mask)
   return (metrics.sums(logits, targets, weights),
           {**metrics.example_sums(logits, targets, weights), "ids": batch["ids"]})

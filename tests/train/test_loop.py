@@ -88,7 +88,7 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   batch = next(pipeline.Batches(cfg.data, "valid", causal=causal).eval_batches())
   model.eval()
   mlm = cfg.data.mlm
-  total, each = jax.device_get(steps.eval_step(model, batch, seed=0, vocab=cfg.vocab,
+  total, each = jax.device_get(steps.eval_step(model, batch, steps.eval_key(0), vocab=cfg.vocab,
                                                causal=causal, mlm=mlm))
   got = metrics.summarize(total)
   inputs, mask, targets, weights = (np.asarray(x) for x in steps.model_inputs(
@@ -450,3 +450,23 @@ def test_eval_of_a_diverged_model_writes_a_file_marked_so(data, tmp_path, monkey
   assert result["diverged"] is True
   assert json.load(open(tmp_path / "eval_test.json"))["diverged"] is True
   assert "non-finite test loss: the model diverged" in capsys.readouterr().err
+
+
+def test_b_eval_sums_several_mask_draws_and_the_baseline_uses_the_same(data, tmp_path):
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  configurables.parse([os.path.join(root, "gin/mini/trembl_b_performer_relu.gin")],
+                      [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 3"])
+  loop.run(configurables.resolve(), str(tmp_path), progress=False)
+  one = evaluate.run(str(tmp_path), "test", mask_draws=1)
+  with np.load(tmp_path / one["sequences_file"]) as f:
+    one_tokens = f["tokens"].copy()
+  three = evaluate.run(str(tmp_path), "test", mask_draws=3)
+  with np.load(tmp_path / three["sequences_file"]) as f:
+    three_tokens, ids = f["tokens"].copy(), f["ids"].copy()
+  assert (one["mask_draws"], three["mask_draws"]) == (1, 3)
+  assert 2.5 < three["tokens"] / one["tokens"] < 3.5  # about three times the masked positions
+  assert three_tokens.sum() == three["tokens"] and len(ids) == len(set(ids)) == len(one_tokens)
+  assert np.all(three_tokens >= one_tokens)  # draw 0 is the single-draw eval, plus two more
+  assert three["baseline_accuracy"] != one["baseline_accuracy"]  # over the same draws as the model
+  with pytest.raises(UserError, match="--mask-draws must be >= 1"):
+    evaluate.run(str(tmp_path), "test", mask_draws=0)
