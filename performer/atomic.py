@@ -59,7 +59,10 @@ def writable_folder(folder):
   try:
     os.makedirs(folder, exist_ok=True)
   except OSError as e:
-    raise UserError(f"cannot create folder {folder}: {e.strerror}") from None
+    blocker = next((p for p in _ancestors(folder) if os.path.exists(p) and not os.path.isdir(p)),
+                   None)
+    reason = f"{blocker} is a file, not a folder" if blocker else e.strerror
+    raise UserError(f"cannot create folder {folder}: {reason}") from None
   try:  # a real file, not os.access: root passes that check where writes still fail (/proc)
     fd, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-")
   except OSError as e:  # /proc answers "No such file or directory" for a folder that exists
@@ -68,6 +71,15 @@ def writable_folder(folder):
     raise UserError(f"cannot write to folder {folder}: {reason}") from None
   os.close(fd)
   os.unlink(probe)
+
+
+def _ancestors(folder):
+  """folder and its parents, outermost first."""
+  parts, path = [], os.path.abspath(folder)
+  while path != os.path.dirname(path):
+    parts.append(path)
+    path = os.path.dirname(path)
+  return reversed(parts)
 
 
 @contextlib.contextmanager

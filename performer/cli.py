@@ -80,8 +80,7 @@ def _eval(args):
     raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
-  draws = {} if args.mask_draws is None else {"mask_draws": args.mask_draws}
-  results = evaluate.run_splits(args.workdir, splits, **draws)
+  results = evaluate.run_splits(args.workdir, splits, mask_draws=args.mask_draws)
   if jax.process_index() == 0:
     print(json.dumps(results[0] if len(results) == 1 else results, indent=1, sort_keys=True))
 
@@ -121,7 +120,7 @@ def _command(parser, where):
 def _parser():
   from performer import configurables, figures  # pylint: disable=import-outside-toplevel
   from performer.plans import command as reproduce  # pylint: disable=import-outside-toplevel
-  from performer.train import distributed  # pylint: disable=import-outside-toplevel
+  from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
   parser = argparse.ArgumentParser(
       prog="performer", formatter_class=_Formatter,
       description="Reproduce 'Rethinking Attention with Performers' (Choromanski et al., "
@@ -145,10 +144,10 @@ def _parser():
   p.add_argument("--split", default="test",
                  help="valid, test or ood, or several comma-separated (test,ood: one restore "
                       "and compile for both) (default test)")
-  p.add_argument("--mask-draws", type=int, default=None, metavar="N",
+  p.add_argument("--mask-draws", type=int, default=evaluate.MASK_DRAWS, metavar="N",
                  help="(B) models: score N independent draws of the masks, summed, for a "
-                      "smaller sampling error; (U) models have none (default: MASK_DRAWS in "
-                      "train/evaluate.py, with the reason)")
+                      "smaller sampling error; (U) models have none (default "
+                      f"{evaluate.MASK_DRAWS}; train/evaluate.py says why)")
   flags.add(p, distributed.ClusterFlags)
   p.set_defaults(func=_eval)
   for name in EXPERIMENTS:

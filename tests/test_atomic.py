@@ -104,3 +104,10 @@ def test_exclusive_lock_is_released_on_error_and_never_takes_a_users_file(tmp_pa
 def test_a_folder_that_refuses_new_files_is_not_called_missing():
   with pytest.raises(UserError, match="cannot write to folder /proc: it accepts no new files"):
     check_writable("/proc/out.json")
+
+
+def test_a_file_in_the_way_of_an_output_folder_is_named(tmp_path):
+  (tmp_path / "x.fa").write_text(">a\nMK\n")
+  with pytest.raises(UserError, match=r"cannot create folder .*x.fa/sub: .*x.fa is a file, not a "
+                                      r"folder"):
+    check_writable(str(tmp_path / "x.fa" / "sub" / "out.json"))

@@ -59,7 +59,8 @@ class LabelConfig:
   """
   inputs: tuple[str, ...] = flag(help="FASTA files (plain or .gz)", positional=True, nargs="+")
   hmms: str | None = flag(None, "Pfam-A HMM file (Pfam-A.hmm or pressed .h3m)")
-  sample: int = flag(20_000, "sequences surveyed with every HMM (20000: about 3 min on 2 cores)")
+  sample: int = flag(20_000, "sequences surveyed with every HMM (the default takes about 3 min "
+                             "on 2 cores)")
   ood_fraction: float = flag(0.01, "share of all sequences to hold out as whole families")
   seed: int = flag(0, "salt of the sample and family order")
   cpus: int = flag(0, "hmmsearch threads (0: all cores)")

@@ -92,7 +92,8 @@ class ApproxErrorConfig:
     if not 0 <= self.seed < 2 ** 31 - 1:
       raise UserError(f"--seed must be in [0, 2^31 - 1), got {self.seed}")
     if not self.features or min(self.features) < 1:
-      raise UserError(f"--features must be counts m >= 1, got {','.join(map(str, self.features))}")
+      raise UserError(f"--features must be counts m >= 1, got "
+                      f"{','.join(map(str, self.features)) or 'nothing'}")
     if not self.input_scales or not all(math.isfinite(s) and s > 0 for s in self.input_scales):
       raise UserError(f"--input-scale values must be finite and > 0, got "
                       f"{','.join(f'{s:g}' for s in self.input_scales)}")

@@ -132,6 +132,8 @@ class Config:
       UserError: no config.json, or one that is not a run config.
     """
     path = os.path.join(workdir, "config.json")
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+      raise UserError(f"{workdir} is a file, not a `performer train` workdir")
     try:
       with open(path) as f:
         return cls.from_json(json.load(f))

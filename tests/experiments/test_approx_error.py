@@ -145,6 +145,7 @@ def test_an_output_folder_that_refuses_files_fails_before_the_sweep(monkeypatch)
     (("--samples", "0"), "--samples must be >= 1, got 0"),
     (("--seq-len", "-8"), "--seq-len must be >= 1, got -8"),
     (("--features", "0"), "--features must be counts m >= 1, got 0"),
+    (("--features", ""), "--features must be counts m >= 1, got nothing"),
     (("--input-scale", "1,-1"), "--input-scale values must be finite and > 0, got 1,-1"),
 ])
 def test_bad_flags_are_one_line_errors_naming_the_flag(args, message, tmp_path, capsys,

@@ -143,6 +143,9 @@ def test_resuming_another_run_names_the_difference_and_allowed_changes_are_recor
 def test_eval_of_a_folder_that_is_not_a_run(tmp_path):
   with pytest.raises(UserError, match="no config.json"):
     evaluate.run(str(tmp_path), "test")
+  (tmp_path / "file").write_text("")
+  with pytest.raises(UserError, match="file is a file, not a `performer train` workdir"):
+    evaluate.run(str(tmp_path / "file"), "test")
 
 
 def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
