@@ -459,11 +459,6 @@ def _label(token):
   return "^" if name == "<eos>" else name
 
 
-def arrays_path(out):
-  """The .npz written beside the JSON result `out` (a.json -> a.npz)."""
-  return os.path.splitext(out)[0] + ".npz"
-
-
 def report(cfg, result):
   """The lines `performer attention-maps` prints: the protein, then per layer its extreme heads."""
   rows, extra = result.rows, result.extra
