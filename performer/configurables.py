@@ -53,12 +53,19 @@ def resolve():
   return Config(data=data, model=model, optim=optim, train=train, mesh=mesh, vocab=vocab)
 
 
-def settings():
+def settings(*, changed_only=False):
   """The parsed gin config as plain values, without reading the dataset: what a run will be.
 
   A plan checks and fingerprints its train jobs with it before any data
   exists; model.vocab_size and model.max_len (from the dataset and
   DataConfig.seq_len) are left out.
+
+  Args:
+    changed_only: leave out every field at its dataclass default and give the
+      attention options resolved with the backend's defaults: what a plan
+      fingerprints, so that a field added later with a default that keeps
+      the old behaviour does not make finished runs look changed (changing
+      an existing default does not either: name the value in the gin file).
 
   Returns:
     {"data": {...}, "model": {...}, "optim": {...}, "train": {...}, "mesh": {...}}.
@@ -75,6 +82,17 @@ def settings():
   values = {name: dataclasses.asdict(cfg) for name, cfg in parts.items()}
   for field in ("vocab_size", "max_len"):
     del values["model"][field]
+  if changed_only:
+    from performer import attention  # pylint: disable=import-outside-toplevel
+    for name, cfg in parts.items():
+      defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                  for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING
+                  or f.default_factory is not dataclasses.MISSING}
+      values[name] = {k: v for k, v in values[name].items()
+                      if k not in defaults or v != defaults[k]}
+    model = parts["model"]
+    values["model"]["attention_options"] = attention.options(model.attention,
+                                                             model.attention_options)
   return values
 
 

@@ -138,7 +138,11 @@ def resolve(ctx, jobs):
 
   A train job's gin files and bindings are parsed and its configs built (an
   unknown binding or a bad value fails here, not after hours of data
-  preparation); its fingerprint is taken over the resolved settings.
+  preparation); its fingerprint is taken over the resolved settings that
+  differ from the configs' defaults (configurables.settings). Paths
+  inside the runs folder, the data folders and the repository are written
+  relative to them first, so a plan moved to another checkout or machine
+  (with its runs folder or archive, `archive.py`) keeps its fingerprints.
 
   Raises:
     UserError: naming the job whose configuration is invalid.
@@ -150,11 +154,32 @@ def resolve(ctx, jobs):
     if j.kind == "train":
       try:
         configurables.parse(list(j.gin), list(j.bindings))
-        resolved = configurables.settings()
+        resolved = configurables.settings(changed_only=True)
       except UserError as e:
         raise UserError(f"job {j.name}: {e}") from None
-    prints[j.name] = fingerprint(j, resolved, [prints[n] for n in j.needs if n in prints])
+    prints[j.name] = fingerprint(_portable(ctx, j), _portable(ctx, resolved),
+                                 [prints[n] for n in j.needs if n in prints])
   return Plan(ctx=ctx, jobs=tuple(ordered(jobs)), fingerprints=prints)
+
+
+def _portable(ctx, value):
+  """`value` (a Job or JSON-like settings) with this machine's folders replaced by names."""
+  from performer.plans.context import ROOT  # pylint: disable=import-outside-toplevel
+  places = sorted({ctx.runs: "{runs}", ctx.data: "{data}", ctx.text_data: "{text_data}",
+                   ctx.results: "{results}", ROOT: "{root}"}.items(), key=lambda p: -len(p[0]))
+  def fix(v):
+    if isinstance(v, str):
+      for path, name in places:
+        v = v.replace(path, name)
+      return v
+    if isinstance(v, dict):
+      return {k: fix(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+      return type(v)(fix(x) for x in v)
+    if isinstance(v, Job):
+      return dataclasses.replace(v, command=fix(v.command))
+    return v
+  return fix(value)
 
 
 def summaries():

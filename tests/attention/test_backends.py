@@ -114,6 +114,24 @@ def test_random_features_redraw_by_period_and_are_not_params():
   np.testing.assert_array_equal(never.W[...], w)
 
 
+def test_deterministic_relu_features_are_the_closed_form_and_never_redrawn():
+  # The released code's generalized attention without W: phi(x) = relu(x / d^(1/4)) + eps.
+  q, k, v = _qkv(4)
+  module = _make("performer_relu", features="deterministic", chunk_size=None)
+  redraw(module, 7)
+  eps = 1e-3
+  phi_q, phi_k = (jax.nn.relu(x / D ** 0.25) + eps for x in (q, k))
+  scores = jnp.einsum("blhm,bshm->bhls", phi_q, phi_k)
+  for causal in (False, True):
+    s = jnp.where(jnp.tril(jnp.ones((L, L), bool)), scores, 0.0) if causal else scores
+    expected = jnp.einsum("bhls,bshd->blhd", s, v) / s.sum(-1).transpose(0, 2, 1)[..., None]
+    np.testing.assert_allclose(module(q, k, v, causal=causal), expected, rtol=2e-5, atol=2e-6)
+  with pytest.raises(ValueError, match="needs random features"):
+    _make("performer_softmax", features="deterministic")
+  with pytest.raises(ValueError, match="features must be"):
+    _make("performer_relu", features="fixed")
+
+
 def test_unknown_names_and_options():
   with pytest.raises(ValueError, match="unknown attention 'softmax'; choose from exact"):
     attention.make("softmax", num_heads=H, head_dim=D, max_len=8, rngs=nnx.Rngs(0))
@@ -138,7 +156,9 @@ def test_the_registry_says_what_each_backend_can_do_and_its_resolved_defaults():
   assert (softmax["kernel"], softmax["kernel_epsilon"], relu["kernel"], relu["kernel_epsilon"]) == \
       ("positive", 0.0, "relu", 1e-3)  # A.3, A.4
   assert softmax["num_features"] == relu["num_features"] == 256
-  assert softmax["redraw_every"] == 1000 and softmax["projection"] == "orthogonal"
+  # a new W every step, as the released code (performer.py says why)
+  assert softmax["redraw_every"] == 1 and softmax["projection"] == "orthogonal"
+  assert softmax["features"] == relu["features"] == "random"
   # what a built layer holds is what the registry says
   layer = attention.make("performer_relu", num_heads=2, head_dim=8, max_len=16,
                          rngs=nnx.Rngs(0), num_features=4)

@@ -113,6 +113,23 @@ def test_fingerprints_follow_the_resolved_config_not_the_spelling(mini):
   assert changed["u_exact"] != base["u_exact"]
   assert changed["u_exact_eval"] != base["u_exact_eval"]  # the eval of a changed run is redone
   assert changed["lemma2"] == base["lemma2"]  # reads no run
+  # What is fingerprinted: fields off their defaults (a field added later with a default leaves
+  # finished runs as they are) and the attention options as the backend resolves them.
+  job = plans.build(mini)[[j.name for j in plans.build(mini)].index("u_performer_softmax")]
+  configurables.parse(list(job.gin), list(job.bindings))
+  values = configurables.settings(changed_only=True)
+  assert "dropout" not in values["model"] and values["train"]["steps"] == 1200
+  assert values["model"]["attention_options"]["redraw_every"] == 1
+  assert values["model"]["attention_options"]["num_features"] == 64
+
+
+def test_fingerprints_do_not_depend_on_where_the_runs_and_the_checkout_are(tmp_path, monkeypatch):
+  here = plans.context("mini", runs=str(tmp_path / "a"), results=str(tmp_path / "ra"))
+  base = plans.resolve(here, plans.build(here)).fingerprints
+  monkeypatch.chdir(tmp_path)  # the data folders follow the working folder
+  there = plans.context("mini", runs=str(tmp_path / "b"), results=str(tmp_path / "rb"))
+  assert there.data != here.data
+  assert plans.resolve(there, plans.build(there)).fingerprints == base
 
 
 def test_a_train_keeps_its_fingerprint_when_the_run_it_starts_from_changes(mini):
