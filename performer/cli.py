@@ -21,7 +21,7 @@ from performer.errors import UserError
 DATA = ("performer.data.trembl", "performer.data.pfam", "performer.data.pg19")
 EXPERIMENTS = ("approx_error", "lemma2", "speed", "throughput", "error_propagation",
                "attention_maps", "aa_similarity")
-OTHERS = ("performer.plans.command", "performer.figures")
+OTHERS = ("performer.plans.command", "performer.figures", "performer.plans.archive")
 TRAIN_DESCRIPTION = (
     "Trains the model the gin files describe (see gin/ and gin/mini/). TensorBoard events, "
     "metrics.jsonl, checkpoints and the operative config go to --workdir; running again on the "
@@ -161,6 +161,7 @@ def _parser():
   _command(add("reproduce", *_texts(OTHERS[0]), epilog=reproduce.epilog()), OTHERS[0])
   _command(add("figure", *_texts(OTHERS[1]),
                epilog="figures and tables:\n" + figures.listing()), OTHERS[1])
+  _command(add("archive", *_texts(OTHERS[2])), OTHERS[2])
   return parser
 
 

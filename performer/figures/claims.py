@@ -32,6 +32,7 @@ import os
 import numpy as np
 
 from performer import verdicts
+from performer.atomic import atomic_path
 from performer.errors import UserError
 from performer.figures import paper, runs
 from performer.figures.tables import Column, csv_path, write_table
@@ -178,10 +179,12 @@ def _gate_note(direction, gate):
 
 
 def render(run_dirs, out_path):
-  """Reads run folders and writes the claims table to out_path (Markdown) and its .csv twin.
+  """Reads run folders and writes the claims table to out_path (Markdown), its .csv twin and
+  a .json twin: {"gates": {direction: {passed, difference, interval, mde, seeds}}, "claims":
+  [{id, kind, verdict, reason}]} (differences as fractions, not pp), which the fig6 plan reads.
 
   Returns:
-    (markdown path, csv path).
+    (markdown path, csv path, json path).
 
   Raises:
     UserError: out_path is not a .md path or unwritable; any runs.load_runs error; runs of
@@ -199,5 +202,20 @@ def render(run_dirs, out_path):
            "performer/verdicts.py.",
            ("Paper: Sec. 4.3 and Fig. 6 (36 layers, L = 1024), numbers from Table 2 (App. C.3); "
             "'Performer (generalized)' is Performer-ReLU.")]
-  return write_table(out_path, "Paper claims on proteins, decided by the verdict rule", COLUMNS,
-                     rows(decided), notes)
+  written = write_table(out_path, "Paper claims on proteins, decided by the verdict rule",
+                        COLUMNS, rows(decided), notes)
+  json_path = os.path.splitext(out_path)[0] + ".json"
+  record = {"gates": {d: _gate_record(g) for d, g in gates.items()},
+            "claims": [{"id": v.claim.id, "kind": v.claim.kind, "verdict": v.verdict,
+                        "reason": v.reason} for v in decided]}
+  with atomic_path(json_path) as tmp, open(tmp, "w") as f:
+    json.dump(record, f, indent=1)
+  return (*written, json_path)
+
+
+def _gate_record(gate):
+  ev = gate.evidence
+  finite = bool(np.isfinite(ev.se))
+  return {"passed": gate.passed if finite else False, "difference": ev.diff,
+          "interval": list(ev.interval()) if finite else None,
+          "mde": ev.mde() if finite else None, "seeds": list(ev.seeds)}

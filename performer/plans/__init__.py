@@ -80,6 +80,11 @@ def build(ctx):
       defect of a study module, not of the user's input).
   """
   jobs = [*data.jobs(ctx), *(j for study in STUDIES.values() for j in study.jobs(ctx))]
+  # The archive of a run that a train or probe starts from keeps its checkpoint (archive.py).
+  started_from = {n for j in jobs if j.kind in ("train", "probe") for n in j.needs}
+  jobs = [dataclasses.replace(j, command=(*j.command, "--checkpoint"))
+          if j.kind == "archive" and j.name.removesuffix("_archive") in started_from else j
+          for j in jobs]
   names = [j.name for j in jobs]
   twice = sorted({n for n in names if names.count(n) > 1})
   if twice:

@@ -36,6 +36,8 @@ class Budget:
     results: where tables and figures go ("{runs}" as above).
     sample_fasta: True: the tiny budget's proteins are the sample proteome,
       labelled and prepared in the runs folder (data.py).
+    staged: True: Fig. 6's later seeds wait for its scale gate (fig6.py);
+      False (tiny, a check of every job): every seed runs at once.
   """
   name: str
   protein_gin: tuple[str, ...]
@@ -56,6 +58,7 @@ class Budget:
   jobs: int = 1
   results: str = "{runs}/results"
   sample_fasta: bool = False
+  staged: bool = True
 
 
 BUDGETS = {
@@ -72,7 +75,7 @@ BUDGETS = {
                     "error_propagation": ("--sequences", "4", "--draws", "2", "--features", "8,16",
                                           "--init-layers", "2"),
                     "aa_similarity": ("--sequences", "16")},
-        jobs=2, sample_fasta=True),
+        jobs=2, sample_fasta=True, staged=False),
     # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (README.md gives
     # the measured times); concatenated proteins at L = 1024 (README: why). Results: results/.
     "mini": Budget(

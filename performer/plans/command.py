@@ -9,7 +9,7 @@ from performer import plans
 from performer.atomic import writable_folder
 from performer.errors import UserError
 from performer.flags import flag
-from performer.plans import local, slurm, state
+from performer.plans import archive, local, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
 SUMMARY = "every study of the paper as one plan, run here or on a SLURM cluster"
@@ -55,7 +55,7 @@ class Flags:
                                         "DataConfig.batch_size=1 (repeatable)", action="append",
                                     name="--gin_param")
   sbatch: tuple[str, ...] = flag(
-      (), "slurm: sbatch options of one job kind (train, eval, probe, figure, data) instead of "
+      (), "slurm: sbatch options of one job kind (train, eval, archive, probe, figure, data) instead of "
       "the defaults, e.g. --sbatch 'train=--gres=gpu:4 --time=48:00:00'", action="append",
       metavar="KIND=ARGS")
   swissprot_route: str = flag("debian", "Swiss-Prot 2014_01 from Debian's archive (as results/) "
@@ -81,13 +81,14 @@ def main(args):
   ctx = plans.context(args.budget, runs=args.runs, results=args.results, data=args.data,
                       steps=args.steps, bindings=args.gin_param,
                       swissprot_route=args.swissprot_route)
-  jobs = plans.build(ctx)
   only = [args.job] if args.job else [n.strip() for n in (args.only or "").split(",") if n.strip()]
   if args.only is not None and not only:
     raise UserError("--only needs a value: studies or jobs, comma-separated")
-  plan = plans.resolve(ctx, plans.select(jobs, only or None))
   say = lambda text: print(f"[reproduce {ctx.budget.name} {time.strftime('%H:%M:%S')}] {text}",
                            flush=True)
+  plan = plans.resolve(ctx, plans.select(plans.build(ctx), only or None))
+  if not args.dry_run and args.launcher != "print":
+    archive.restore(plan, say=say)
   if args.status:
     print("\n".join(state.table(plan)))
     return 0
@@ -104,7 +105,15 @@ def main(args):
   if args.dry_run:
     print("\n".join(commands(plan)))
     return 0
-  return local.run(plan, jobs=args.jobs or ctx.budget.jobs, say=say)
+  while True:
+    status = local.run(plan, jobs=args.jobs or ctx.budget.jobs, say=say)
+    grown = plans.resolve(ctx, plans.select(plans.build(ctx), only or None))
+    added = [j.name for j in grown.jobs if j.name not in plan.fingerprints]
+    if status or not added:
+      return status
+    say(f"a decision of the plan added {len(added)} jobs (the fig6 gate: performer/plans/fig6.py);"
+        " going on")
+    plan = grown
 
 
 def commands(plan):

@@ -65,6 +65,16 @@ class Context:
   def result(self, filename):
     return os.path.join(self.results, filename)
 
+  def archive(self, train, evaluate, *, study):
+    """The job that archives a train job's run once `evaluate` is done: <results>/runs/<name>/
+    (archive.py), with its outputs' compact copies."""
+    dest = self.result(os.path.join("runs", train.name))
+    return job_lib.Job(
+        name=f"{train.name}_archive", kind="archive", study=study, needs=(evaluate.name,),
+        command=("performer", "archive", train.workdir, "--to", os.path.dirname(dest)),
+        outputs=(os.path.join(dest, "config.json"),
+                 *(os.path.join(dest, os.path.basename(p)) for p in evaluate.outputs)))
+
   def figure(self, name, args, out, *, needs, study):
     """A `performer figure NAME ... --out <results>/<out>` job."""
     out = self.result(out)

@@ -3,12 +3,29 @@
 (U) Transformer, Performer-softmax, Performer-ReLU, Reformer; (B) Transformer,
 Performer-softmax, Performer-ReLU, Linformer; in both directions the identity
 attention control of the verdicts' scale gate (performer/verdicts.py). Each
-model has REPLICATES seeds (a seed varies initialisation, dropout, data order
-and random features): the verdicts need two at least, and three give the
-seed variance a few degrees of freedom. The controls come first in each seed,
-so the gate can be read before the rest finishes. Then Table 1, Table 2, the
-claims and the Fig. 6 curves.
+model has up to REPLICATES seeds (a seed varies initialisation, dropout, data
+order and random features): the verdicts need two at least, and three give
+the seed variance a few degrees of freedom.
+
+Compute goes where a verdict can change. First every seed of the scale
+gate's models (the identity control and the Transformer), then seed 0 of the
+others; `fig6_gate` decides the gate (figure claims on the gate's runs, its
+.json beside the table). The later seeds of the other models join the plan
+only in a direction whose gate passed: where exact attention does not beat
+the control clearly, the claims are "not testable at this scale" whatever
+more seeds would show. The local launcher builds the plan again when the
+gate file appears and goes on; under SLURM, run `performer reproduce` again
+after it.
+
+Each run is archived once evaluated (archive.py: its config, metrics and
+per-sequence evals under <results>/runs/, small enough to commit), and the
+tables and figures read the archives, so every number in results/ comes
+from committed files. Then Table 1, Table 2, the claims and the Fig. 6
+curves.
 """
+
+import json
+import os
 
 from performer import attention
 from performer.plans import job as job_lib
@@ -20,6 +37,8 @@ SUMMARY = ("Fig. 6 / Table 2: eight protein models in (U) and (B) and an identit
 MODELS = {"u": ("exact", "performer_relu", "performer_softmax", "reformer", "identity"),
           "b": ("exact", "performer_relu", "performer_softmax", "linformer", "identity")}
 REPLICATES = (0, 1, 2)
+GATE = ("identity", "exact")  # every seed of these first: the scale gate reads them
+GATE_FILE = "fig6_gate.md"  # figure claims of the gate's runs; its .json says passed or not
 
 
 def attention_options(ctx, name):
@@ -34,25 +53,47 @@ def attention_options(ctx, name):
   return ()
 
 
+def gates(ctx):
+  """{direction: passed} from the gate file once it is written ({} before)."""
+  try:
+    with open(ctx.result(GATE_FILE.replace(".md", ".json"))) as f:
+      return {d.lower(): g["passed"] for d, g in json.load(f)["gates"].items()}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return {}
+
+
+def sweep(ctx):
+  """The runs' settings: every seed of the gate's models; of the others seed 0, and the later
+  seeds only in a direction whose gate has passed (every seed when the budget is not staged)."""
+  passed = gates(ctx) if ctx.budget.staged else {d: True for d in MODELS}
+  order = lambda name: GATE.index(name) if name in GATE else len(GATE)
+  return [dict(direction=d, attention=a, seed=seed)
+          for stage in ("gate", "rest") for seed in REPLICATES
+          for d, names in MODELS.items() for a in sorted(names, key=order)
+          if (a in GATE) == (stage == "gate") and (a in GATE or not seed or passed.get(d))]
+
+
 def jobs(ctx):
-  sweep = [dict(direction=d, attention=a, seed=seed) for seed in REPLICATES
-           for d, names in MODELS.items()
-           for a in sorted(names, key=lambda name: name != "identity")]  # controls first
-  out, evals = [], []
-  for s in sweep:
+  out, archives = [], {}
+  for s in sweep(ctx):
     name = job_lib.run_name("{direction}_{attention}" + ("_seed{seed}" if s["seed"] else ""), s)
-    out.append(ctx.protein(name, f"{s['direction']}_{s['attention']}",
-                           attention_options(ctx, s["attention"]), seed=s["seed"], study=STUDY,
-                           settings=s))
-    workdir = ctx.workdir(name)
-    evals.append(job_lib.Job(
+    train = ctx.protein(name, f"{s['direction']}_{s['attention']}",
+                        attention_options(ctx, s["attention"]), seed=s["seed"], study=STUDY,
+                        settings=s)
+    splits = ("test", "ood")
+    evaluate = job_lib.Job(
         name=f"{name}_eval", kind="eval", study=STUDY, needs=(name,),
-        command=("performer", "eval", "--workdir", workdir, "--split", "test,ood"),
-        outputs=tuple(f"{workdir}/eval_{split}{suffix}" for split in ("test", "ood")
-                      for suffix in (".json", "_sequences.npz"))))
-  out += evals
-  runs = [ctx.workdir(e.needs[0]) for e in evals]
-  needs = [e.name for e in evals]
+        command=("performer", "eval", "--workdir", train.workdir, "--split", ",".join(splits)),
+        outputs=tuple(f"{train.workdir}/eval_{split}{suffix}" for split in splits
+                      for suffix in (".json", "_sequences.npz")))
+    archive = ctx.archive(train, evaluate, study=STUDY)
+    out += [train, evaluate, archive]
+    archives[name] = (s, archive)
+  gate = [a for s, a in archives.values() if s["attention"] in GATE]
+  out.append(ctx.figure("fig6_gate", ("claims", "--runs", *(_run(a) for a in gate)), GATE_FILE,
+                        needs=[a.name for a in gate], study=STUDY))
+  runs = [_run(a) for _, a in archives.values()]
+  needs = [a.name for _, a in archives.values()]
   out.append(ctx.figure("table1", ("table1", "--input", ctx.data), "table1.md", needs=("proteins",),
                         study=STUDY))
   for name in ("table2", "claims"):
@@ -61,3 +102,8 @@ def jobs(ctx):
     out.append(ctx.figure(f"fig6_{metric}", ("curves", "--runs", *runs, "--metric", metric),
                           f"fig6_{metric}.png", needs=needs, study=STUDY))
   return out
+
+
+def _run(archive):
+  """The archived run folder an archive job writes."""
+  return os.path.dirname(archive.outputs[0])

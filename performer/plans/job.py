@@ -11,7 +11,7 @@ import itertools
 import json
 import os
 
-KINDS = ("data", "train", "eval", "probe", "figure")
+KINDS = ("data", "train", "eval", "archive", "probe", "figure")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,7 @@ RESOURCES = {
     "train": ("--gpus-per-node=8", "--cpus-per-task=16", "--time=24:00:00"),
     "eval": ("--gpus-per-node=1", "--cpus-per-task=8", "--time=2:00:00"),
     "probe": ("--gpus-per-node=1", "--cpus-per-task=8", "--time=2:00:00"),
+    "archive": ("--cpus-per-task=1", "--time=0:10:00"),
     "figure": ("--cpus-per-task=2", "--time=0:30:00"),
     "data": ("--cpus-per-task=16", "--time=6:00:00"),
 }

@@ -267,6 +267,13 @@ def test_claims_follow_the_verdict_rule_where_attention_matters(tmp_path, make_r
   assert rows["B: softmax matches Transformer"]["verdict"] == "not tested"
   assert "identity control" in rows["B: softmax matches Transformer"]["why"]
   assert "Scale gate (U)" in text and "passed" in text and "OOD (reported, not judged" in text
+  # the .json twin the fig6 plan reads: the gate, and each claim's verdict
+  record = json.load(open(tmp_path / "claims.json"))
+  assert list(record["gates"]) == ["U"] and record["gates"]["U"]["passed"] is True
+  assert record["gates"]["U"]["difference"] == pytest.approx(0.20, abs=0.01)
+  assert record["gates"]["U"]["seeds"] == [3, 3]
+  assert {c["id"]: c["verdict"] for c in record["claims"]}["U: ReLU better than Transformer"] \
+      == "reproduced"
 
 
 def test_without_a_gain_over_the_control_claims_are_not_testable(tmp_path, make_run):
@@ -277,6 +284,7 @@ def test_without_a_gain_over_the_control_claims_are_not_testable(tmp_path, make_
   rows, text = _decided(tmp_path, folders)
   assert rows["U: softmax matches Transformer"]["verdict"] == "not testable at this scale"
   assert "failed" in text
+  assert json.load(open(tmp_path / "claims.json"))["gates"]["U"]["passed"] is False
 
 
 def test_runs_of_other_studies_are_not_pooled_as_seeds_and_steps_must_agree(tmp_path, make_run):

@@ -265,3 +265,24 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
                                                ["--runs", str(tmp_path / "r")]))
     err = capsys.readouterr().err
     assert status == 2 and err.startswith(f"performer reproduce: error: {message}"), (args, err)
+
+
+def test_the_local_launcher_goes_on_when_the_fig6_gate_adds_jobs(tmp_path, monkeypatch):
+  from performer.plans import command  # pylint: disable=import-outside-toplevel
+  results, seen = tmp_path / "results", []
+  def run(plan, *, jobs, say):
+    del jobs, say
+    seen.append({j.name for j in plan.jobs})
+    if len(seen) == 1:  # the first pass ends with the gate decided: (U) passed, (B) did not
+      results.mkdir()
+      (results / "fig6_gate.json").write_text(json.dumps(
+          {"gates": {"U": {"passed": True}, "B": {"passed": False}}}))
+    return 0
+  monkeypatch.setattr(local, "run", run)
+  monkeypatch.setattr(command, "_check_before_work", lambda plan, dry_run: None)
+  assert cli.main(["reproduce", "--only", "fig6", "--runs", str(tmp_path / "runs"),
+                   "--results", str(results)]) == 0
+  assert len(seen) == 2  # once more with the grown plan, then no growth: done
+  assert sorted(seen[1] - seen[0]) == sorted(
+      f"u_{a}_seed{s}{job}" for a in ("performer_relu", "performer_softmax", "reformer")
+      for s in (1, 2) for job in ("", "_eval", "_archive"))

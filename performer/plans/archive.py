@@ -1,0 +1,168 @@
+"""`performer archive`: a run's compact outputs, kept where they can be committed, and put back.
+
+Run folders vanish with the machine that ran them and checkpoints are too big
+to commit. A finished run's archive, DEST/<run name>/, holds what every table
+and figure reads (FILES: the config, metrics.jsonl, diverged.json, the eval
+files with their per-sequence sums; a few hundred KB) and, under `stamps/`,
+the plan stamps of the jobs that made it. `--checkpoint` adds the last
+checkpoint, for runs that other jobs start from (Fig. 5's fine-tunes, the
+probes).
+
+`restore` is the other half, used by `performer reproduce` before it runs: an
+archived run whose train job has the plan's fingerprint is copied back into
+an empty run folder with its stamps, so on a fresh machine the plan counts it
+done and trains only what is left. A run restored without its checkpoint can
+be read by every figure but not evaluated again or started from.
+"""
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+
+from performer.atomic import writable_folder
+from performer.errors import UserError
+from performer.flags import flag
+
+FILES = ("config.json", "config.gin", "metrics.jsonl", "diverged.json")
+PATTERNS = ("eval_*.json", "eval_*_sequences.npz")
+CHECKPOINTS = "checkpoints"
+STAMPS = "stamps"
+
+SUMMARY = "copy runs' compact outputs (configs, metrics, evals) into a folder to commit"
+DESCRIPTION = ("Copies each run folder's config, metrics.jsonl, diverged.json and eval files (with "
+               "their per-sequence sums), and the plan stamps of the jobs that made it, into "
+               "DEST/<run name>/: what every table and figure reads, small enough to commit. "
+               "`performer reproduce` archives each Fig. 6 run this way and restores archived "
+               "runs on a fresh machine instead of training them again.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Flags:
+  """The flags of `performer archive`."""
+  runs: tuple[str, ...] = flag(help="run folders (`performer train` workdirs)", positional=True,
+                               nargs="+", metavar="RUN")
+  to: str = flag(help="folder that receives one <run name>/ per run",
+                 metavar="DEST")
+  checkpoint: bool = flag(False, "also copy the last checkpoint (for runs that others start "
+                                 "from)")
+  jobs: tuple[str, ...] = flag((), "plan jobs whose stamps go with the run (default: the run's "
+                                   "train job and its _eval)", nargs="+", metavar="JOB")
+
+
+FLAGS = (Flags,)
+
+
+def main(args):
+  """`performer archive`: archives each run, then names what it wrote."""
+  writable_folder(args.to)
+  for run in args.runs:
+    name = os.path.basename(os.path.normpath(run))
+    dest = save(run, os.path.join(args.to, name), checkpoint=args.checkpoint,
+                jobs=args.jobs or (name, f"{name}_eval"))
+    print(f"wrote {dest} ({_size(dest) / 1e3:.0f} KB)")
+
+
+def save(workdir, dest, *, checkpoint=False, jobs=()):
+  """Copies the compact outputs of `workdir` (and the stamps of `jobs`) to folder `dest`.
+
+  The copy is made beside `dest` and renamed into place, so an archive is
+  whole or absent.
+
+  Raises:
+    UserError: `workdir` is not a run folder (no config.json), or has no
+      checkpoint while `checkpoint` asks for one.
+  """
+  if not os.path.isfile(os.path.join(workdir, "config.json")):
+    raise UserError(f"{workdir}: no config.json; is it a `performer train` workdir?")
+  names = [f for f in FILES if os.path.isfile(os.path.join(workdir, f))]
+  names += sorted({os.path.basename(p) for pattern in PATTERNS
+                   for p in glob.glob(os.path.join(workdir, pattern))})
+  last = _last_checkpoint(workdir) if checkpoint else None
+  tmp = f"{dest}.tmp-{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  try:
+    for f in names:
+      shutil.copy2(os.path.join(workdir, f), os.path.join(tmp, f))
+    if last:
+      shutil.copytree(last, os.path.join(tmp, CHECKPOINTS, os.path.basename(last)))
+    runs = os.path.dirname(os.path.normpath(workdir))
+    for job in jobs:
+      stamp = os.path.join(runs, ".plan", f"{job}.json")
+      if os.path.isfile(stamp):
+        os.makedirs(os.path.join(tmp, STAMPS), exist_ok=True)
+        shutil.copy2(stamp, os.path.join(tmp, STAMPS, f"{job}.json"))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return dest
+
+
+def restore(plan, say=print):
+  """Copies archived runs of `plan` back into their empty run folders, with their stamps.
+
+  The plan's archive job of train job T is named T_archive and its first
+  output is <archive>/config.json. T is restored when its run folder has no
+  config.json and the archived stamp of T carries the plan's fingerprint of
+  T; the stamps of its other archived jobs (the eval) come back when their
+  fingerprints match too, and the archive job is marked done. Returns the
+  names of the restored runs.
+  """
+  from performer.plans import state  # pylint: disable=import-outside-toplevel
+  restored = []
+  for archive_job in plan.jobs:
+    name = archive_job.name[:-len("_archive")]
+    if archive_job.kind != "archive" or name not in plan.fingerprints:
+      continue
+    job, source = plan[name], os.path.dirname(archive_job.outputs[0])
+    if not os.path.isdir(source) or os.path.exists(os.path.join(job.workdir, "config.json")):
+      continue
+    stamps = _stamps(source)
+    if stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints.get(job.name):
+      continue
+    os.makedirs(job.workdir, exist_ok=True)
+    for f in os.listdir(source):
+      path = os.path.join(source, f)
+      if f == CHECKPOINTS:
+        shutil.copytree(path, os.path.join(job.workdir, CHECKPOINTS), dirs_exist_ok=True)
+      elif f != STAMPS:
+        shutil.copy2(path, os.path.join(job.workdir, f))
+    for name, stamp in stamps.items():
+      if name in plan.fingerprints and stamp.get("fingerprint") == plan.fingerprints[name]:
+        state.write(plan.ctx.runs, name, **{k: v for k, v in stamp.items()
+                                            if k not in ("time", "host", "pid")},
+                    detail=f"restored from {source}")
+    state.write(plan.ctx.runs, archive_job.name, state="done", detail="restored",
+                fingerprint=plan.fingerprints[archive_job.name])
+    restored.append(job.name)
+  if restored:
+    say(f"restored {len(restored)} finished run(s) from their archives: {', '.join(restored)}")
+  return restored
+
+
+def _stamps(source):
+  out = {}
+  for path in glob.glob(os.path.join(source, STAMPS, "*.json")):
+    try:
+      with open(path) as f:
+        out[os.path.basename(path)[:-len(".json")]] = json.load(f)
+    except (OSError, ValueError):
+      continue
+  return out
+
+
+def _last_checkpoint(workdir):
+  folder = os.path.join(workdir, CHECKPOINTS)
+  steps = [d for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
+  if not steps:
+    raise UserError(f"{workdir}: no checkpoint to archive")
+  return os.path.join(folder, max(steps, key=int))
+
+
+def _size(folder):
+  return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder)
+             for f in files)
