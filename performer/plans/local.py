@@ -106,6 +106,9 @@ class _Launcher:
     try:
       states = {j.name: state.state(self.plan, j)[0] for j in self.selected}
       todo = [j for j in self.selected if states[j.name] not in state.FINISHED + state.ELSEWHERE]
+      # A free slot takes a ready eval, archive, probe or figure before the next train: they are
+      # short, and they unlock what waits on them (a study's gate, the archives a session keeps).
+      todo.sort(key=lambda j: j.kind == "train")
       done = sum(s in state.FINISHED for s in states.values())
       elsewhere = [n for n, s in states.items() if s in state.ELSEWHERE]
       if elsewhere:

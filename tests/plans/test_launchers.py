@@ -43,11 +43,11 @@ STAND_IN = textwrap.dedent("""
 """)
 
 
-def _job(tmp_path, name, seconds, needs=()):
+def _job(tmp_path, name, seconds, needs=(), kind="probe"):
   script = tmp_path / "stand_in.py"
   script.write_text(STAND_IN)
   out = str(tmp_path / f"{name}.out")
-  return Job(name=name, kind="probe", needs=tuple(needs), outputs=(out,),
+  return Job(name=name, kind=kind, needs=tuple(needs), outputs=(out,),
              command=(sys.executable, str(script), name, str(seconds), out,
                       str(tmp_path / "events.jsonl")))
 
@@ -77,6 +77,17 @@ def test_a_job_starts_as_soon_as_its_needs_are_done_not_in_waves(tmp_path):
   assert [state.state(plan, j)[0] for j in plan.jobs] == ["done"] * 3
   for name in ("slow", "quick", "after_quick"):  # one log per attempt
     assert (tmp_path / "runs" / "logs" / name / "1.log").read_text().startswith("$ ")
+
+
+def test_a_free_slot_takes_a_ready_eval_before_the_next_train(tmp_path):
+  # The plan's order puts every train before the evals that need them; the launcher does not.
+  plan = _plan(tmp_path, [_job(tmp_path, "a", 0.2, kind="train"),
+                          _job(tmp_path, "b", 0.2, kind="train"),
+                          _job(tmp_path, "a_eval", 0.2, needs=("a",), kind="eval")])
+  assert [j.name for j in plan.jobs] == ["a", "b", "a_eval"]
+  assert local.run(plan, jobs=1, say=lambda _: None) == 0
+  starts = [e["job"] for e in _events(tmp_path) if e["what"] == "start"]
+  assert starts == ["a", "a_eval", "b"]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share out")
