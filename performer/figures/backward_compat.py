@@ -7,7 +7,9 @@ dataset and direction, one colour per variant, named as in the paper's
 Fig. 5 from the run's attention and options (positive features with or
 without redrawing, trig, SMREG, Linformer, the Transformer continued). The
 source Transformer's last validation accuracy, read from the init_from
-folder, is a grey dotted line. Never recomputes anything.
+folder (or, once the runs are archived elsewhere, from the folder of that
+name beside the fine-tuned run), is a grey dotted line. Never recomputes
+anything.
 """
 
 import os
@@ -50,11 +52,20 @@ def variant(run):
   return run.label
 
 
-def _source_accuracy(path):
-  """The last validation accuracy (%) of the run a fine-tuning started from, or None."""
-  try:
-    source = runs.load_run(path)
-  except UserError:  # moved or deleted: the figure still stands without its line
+def _source_accuracy(path, beside):
+  """The last validation accuracy (%) of the run a fine-tuning started from, or None.
+
+  path: its init_from; beside: the fine-tuned run's folder, whose sibling of the same name
+  is the source once both are archived (plans/archive.py)."""
+  sibling = os.path.join(os.path.dirname(os.path.normpath(beside)),
+                         os.path.basename(os.path.normpath(path)))
+  for where in (path, sibling):
+    try:
+      source = runs.load_run(where)
+      break
+    except UserError:
+      continue
+  else:  # moved or deleted: the figure still stands without its line
     return None
   steps, values = curve(source, "valid", "accuracy")
   return values[-1] if values else None
@@ -111,7 +122,7 @@ def render(run_dirs, out_path):
           label += f" (transferred: {100 * start:.1f}%)"
         ax.plot(steps, values, color=colour, linestyle=style, label=label,
                 marker="o" if split == "valid" else None, markersize=3)
-    sources = {_source_accuracy(source) for _, source in group.values()} - {None}
+    sources = {_source_accuracy(source, run.path) for run, source in group.values()} - {None}
     for value in sorted(sources):
       ax.axhline(value, color="0.5", linestyle=":", linewidth=1.2,
                  label=f"source Transformer, end of training ({value:.1f}%)")

@@ -1,12 +1,19 @@
-"""The paper's protein claims (Sec. 4.3, Fig. 6, Table 2) decided on our runs by the verdict rule.
+"""The paper's protein claims decided on our runs by the verdict rule (performer/verdicts.py).
 
-The claims are declared here, before any run (`CLAIMS`): per direction,
-Performer-softmax matches the Transformer; Performer-ReLU is better than the
-Transformer (Table 2: (U) 31.58 vs 30.80, (B) 36.09 vs 33.32); the Reformer
-(U) and the Linformer (B) are worse than the Transformer (Fig. 6). Each is
-decided on test accuracy by performer/verdicts.py from the runs' per-sequence
-eval files (eval_test_sequences.npz): seed intervals plus a paired bootstrap
-over test sequences, TOST for "matches", Holm over the table.
+The claims are declared here, before any run (`CLAIMS`), in families, one
+table each. Table 2 / Fig. 6 (Sec. 4.3), per direction: Performer-softmax
+matches the Transformer; Performer-ReLU is better than the Transformer
+(Table 2: (U) 31.58 vs 30.80, (B) 36.09 vs 33.32); the Reformer (U) and the
+Linformer (B) are worse than the Transformer. Fig. 5 (Sec. 4.2, fine-tunes
+of a trained Transformer): positive features with redrawing match the
+continued Transformer; trig is worse and no-redraw is worse than positive;
+SMREG is better (faster convergence, read at the fine-tune's end); Linformer
+is worse. Fig. 15 (App. D.2): without redrawing is worse than with. Fig. 16
+(App. D.3): the cosine (trig) kernel is worse than ReLU. Each is decided on
+test accuracy from the runs' per-sequence eval files
+(eval_test_sequences.npz): seed intervals plus a paired bootstrap over test
+sequences, TOST for "matches", Holm over each family. A family is shown
+when its runs are given.
 
 Margin: delta = DELTA_FRACTION of what exact attention gains over the
 identity-attention control of the same direction (its measured mean gain):
@@ -20,12 +27,17 @@ that direction's claims are "not testable at this scale". OOD accuracy is
 reported, not judged: the paper makes no claim about it (its own Table 2
 puts Performer-ReLU above the Transformer on test and below it on OOD, (U)).
 
-Runs are grouped by their recorded settings less the seed (fig6's
-{direction, attention}); runs trained by hand by direction, model and
-config. Groups compared at different steps, or without per-sequence files,
-are not decided.
+Runs are grouped by model and by their recorded settings less the replicate
+keys (seed, and Fig. 15's feature_seed), so a fine-tune or a Fig. 15 run is
+never pooled with the Fig. 6 runs of its model; runs trained by hand group
+with Fig. 6's. A group has as many replicates as seeds it was trained with:
+where that is one (the appendix runs, within the mini budget), the verdict
+is inconclusive and the row still shows the difference and the test set's
+part of its interval. Groups compared at different steps, or without
+per-sequence files, are not decided.
 """
 
+import dataclasses
 import json
 import os
 
@@ -33,56 +45,111 @@ import numpy as np
 
 from performer import verdicts
 from performer.atomic import atomic_path
-from performer.errors import UserError
 from performer.figures import paper, runs
 from performer.figures.tables import Column, csv_path, write_table
 
 DELTA_FRACTION = 0.1
 CONTROL = "Identity"
-COLUMNS = (Column("claim"), Column("paper"), Column("difference (pp)"),
+COLUMNS = (Column("family"), Column("claim"), Column("paper"), Column("difference (pp)"),
            Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
            Column("seeds"), Column("verdict"), Column("why"))
+# Sweep settings that are replicates, not models: pooled within a group.
+REPLICATE_KEYS = ("seed", "feature_seed")
+# Settings every Fig. 6 run records; a group's key is what a run records beyond them.
+FIG6_KEYS = ("direction", "attention")
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+  """A claim as declared before its runs: which groups it compares and how.
+
+  a, b: (model label, settings) of the compared groups: the runs of that
+    model in `direction` whose recorded settings, less FIG6_KEYS and
+    REPLICATE_KEYS, equal `settings` ({} for Fig. 6 and runs trained by hand).
+  family: the table whose claims Holm's correction runs over; a family is
+    shown when a run of one of its compared models other than the scale
+    gate's is given.
+  """
+  id: str
+  text: str
+  kind: str
+  a: tuple
+  b: tuple
+  direction: str
+  family: str
 
 
 def _claims():
-  """The declared claims: (id, text, kind, a, b, direction)."""
+  """The declared claims of Table 2 / Fig. 6 and of the appendix figures that train models."""
   out = []
   for d in runs.DIRECTIONS:
-    out.append((f"{d}: softmax matches Transformer", "Performer-softmax matches the Transformer "
-                "(Sec. 4.3; (B) 33.00 vs 33.32, Table 2)", "matches", "Performer-softmax",
-                "Transformer", d))
+    out.append(Declared(f"{d}: softmax matches Transformer", "Performer-softmax matches the "
+                        "Transformer (Sec. 4.3; (B) 33.00 vs 33.32, Table 2)", "matches",
+                        ("Performer-softmax", {}), ("Transformer", {}), d, "table2"))
     t, r = paper.TABLE2[(d, "Transformer")]["test"][0], paper.TABLE2[(d, "Performer-ReLU")]["test"][0]
-    out.append((f"{d}: ReLU better than Transformer", f"Performer-ReLU is the best ({r:.2f} vs "
-                f"{t:.2f}, Table 2)", "better", "Performer-ReLU", "Transformer", d))
-  out.append(("U: Reformer worse than Transformer", "Reformer drops in accuracy (Fig. 6)", "worse",
-              "Reformer", "Transformer", "U"))
-  out.append(("B: Linformer worse than Transformer", "Linformer drops in accuracy (Fig. 6)",
-              "worse", "Linformer", "Transformer", "B"))
+    out.append(Declared(f"{d}: ReLU better than Transformer", f"Performer-ReLU is the best "
+                        f"({r:.2f} vs {t:.2f}, Table 2)", "better", ("Performer-ReLU", {}),
+                        ("Transformer", {}), d, "table2"))
+  out.append(Declared("U: Reformer worse than Transformer", "Reformer drops in accuracy (Fig. 6)",
+                      "worse", ("Reformer", {}), ("Transformer", {}), "U", "table2"))
+  out.append(Declared("B: Linformer worse than Transformer", "Linformer drops in accuracy "
+                      "(Fig. 6)", "worse", ("Linformer", {}), ("Transformer", {}), "B", "table2"))
+  # Fig. 5 (Sec. 4.2): a trained Transformer's weights fine-tuned with other attention; the
+  # paper's claims are about PG-19, tested here on the protein fine-tunes (fig5.py).
+  tuned = lambda d, label, variant: (label, {"source": f"{d.lower()}_exact", "variant": variant})
+  for d in runs.DIRECTIONS:
+    out.append(Declared(f"{d}: fine-tuned positive matches continued Transformer",
+                        "positive features with redrawing match the Transformer (Fig. 5)",
+                        "matches", tuned(d, "Performer-softmax", "positive"),
+                        tuned(d, "Transformer", "exact"), d, "fig5"))
+  out.append(Declared("U: fine-tuned trig worse than positive", "trig features are unstable "
+                      "(Fig. 5)", "worse", tuned("U", "Performer-softmax", "trig"),
+                      tuned("U", "Performer-softmax", "positive"), "U", "fig5"))
+  out.append(Declared("U: fine-tuned without redraw worse than with", "positive features "
+                      "without redrawing plateau (Fig. 5)", "worse",
+                      tuned("U", "Performer-softmax", "no_redraw"),
+                      tuned("U", "Performer-softmax", "positive"), "U", "fig5"))
+  out.append(Declared("U: fine-tuned SMREG better than positive", "SMREG converges faster "
+                      "(Fig. 5; at a fixed number of steps)", "better",
+                      tuned("U", "Performer-softmax", "smreg"),
+                      tuned("U", "Performer-softmax", "positive"), "U", "fig5"))
+  out.append(Declared("B: fine-tuned Linformer worse than positive", "Linformer plateaus "
+                      "(Fig. 5)", "worse", tuned("B", "Linformer", "linformer"),
+                      tuned("B", "Performer-softmax", "positive"), "B", "fig5"))
+  # Fig. 15 (App. D.2): replicates are draws of W (feature_seed).
+  out.append(Declared("U: without redraw worse than with", "without redrawing an unlucky draw "
+                      "degrades training (Fig. 15)", "worse",
+                      ("Performer-softmax", {"schedule": "no_redraw"}),
+                      ("Performer-softmax", {"schedule": "redraw"}), "U", "fig15"))
+  # Fig. 16 (App. D.3): the cosine (trig) kernel is the one the paper says fails (the runs are
+  # the generalized attention backend, performer_relu, with kernel f).
+  out.append(Declared("B: cosine kernel worse than ReLU", "trigonometric features lead to "
+                      "unstable training, even NaN (App. D.3)", "worse",
+                      ("Performer-ReLU", {"kernel": "trig"}),
+                      ("Performer-ReLU", {"kernel": "relu"}), "B", "fig16"))
   return out
 
 
 CLAIMS = _claims()
 
 
-def groups(loaded):
-  """{(direction, label): [runs]}: one group per model, its seeds; settings other than the seed
-  must agree (runs.Run.settings), else the runs are not replicates.
+def group_key(run):
+  """(direction, label, settings beyond a Fig. 6 run's and the replicates', as JSON)."""
+  rest = {k: v for k, v in run.settings.items() if k not in FIG6_KEYS + REPLICATE_KEYS}
+  return run.direction, run.label, json.dumps(rest, sort_keys=True, default=str)
 
-  Raises:
-    UserError: two runs of one model whose settings differ beyond the seed.
-  """
-  out, kinds = {}, {}
+
+def groups(loaded):
+  """{group_key: [runs]}: one group per model and setting, its replicates."""
+  out = {}
   for run in loaded:
-    key = (run.direction, run.label)
-    rest = {k: v for k, v in run.settings.items() if k != "seed"}
-    kind = json.dumps(rest, sort_keys=True) if run.settings else "by hand"
-    if key in kinds and kinds[key] != kind:
-      raise UserError(f"{run.path}: ({run.direction}) {run.label} with settings {kind}, where "
-                      f"another run has {kinds[key]}: not replicates of one model; give the runs "
-                      "of one study")
-    kinds[key] = kind
-    out.setdefault(key, []).append(run)
+    out.setdefault(group_key(run), []).append(run)
   return out
+
+
+def _side(direction, side):
+  label, settings = side
+  return direction, label, json.dumps(settings, sort_keys=True, default=str)
 
 
 def replicates(group, split="test"):
@@ -101,36 +168,50 @@ def replicates(group, split="test"):
   return verdicts.Replicates(np.stack([a[1] for a in arrays]), np.stack([a[2] for a in arrays])), None
 
 
+def shown(loaded):
+  """The declared claims of the families whose runs were given."""
+  keys = set(groups(loaded))
+  gate = {("Transformer", "{}"), (CONTROL, "{}")}
+  families = {c.family for c in CLAIMS for side in (c.a, c.b)
+              if _side(c.direction, side) in keys and _side(c.direction, side)[1:] not in gate}
+  return [c for c in CLAIMS if c.family in families]
+
+
 def decide(loaded, *, bootstrap=verdicts.BOOTSTRAP):
-  """(verdicts.Verdict per claim, {direction: Gate or why not}) for loaded Runs."""
-  by_model = groups(loaded)
+  """(verdicts.Verdict per shown claim, {direction: Gate}) for loaded Runs."""
+  by_group = groups(loaded)
   reps, whys = {}, {}
-  for key, group in by_model.items():
+  for key, group in by_group.items():
     reps[key], whys[key] = replicates(group)
   gates, deltas = {}, {}
   for d in runs.DIRECTIONS:
-    exact, control = reps.get((d, "Transformer")), reps.get((d, CONTROL))
-    if exact is not None and control is not None and _same_steps(by_model, d, "Transformer", CONTROL):
-      gates[d] = verdicts.gate(d, exact, control, bootstrap=bootstrap)
+    exact, control = _side(d, ("Transformer", {})), _side(d, (CONTROL, {}))
+    if reps.get(exact) is not None and reps.get(control) is not None and _same_steps(
+        by_group, exact, control):
+      gates[d] = verdicts.gate(d, reps[exact], reps[control], bootstrap=bootstrap)
       deltas[d] = DELTA_FRACTION * gates[d].evidence.diff
   claims, evidence, notes = [], {}, {}
-  for cid, text, kind, a, b, d in CLAIMS:
-    delta = deltas.get(d)
-    claim = verdicts.Claim(id=cid, text=text, kind=kind, a=a, b=b, metric="accuracy",
-                           split="test", delta=delta if delta and delta > 0 else 1.0,
-                           delta_source=f"{DELTA_FRACTION:g} x ({d}) exact's gain over the "
-                                        "identity control", family="table2",
-                           direction=d if d in gates else None)
+  for c in shown(loaded):
+    delta = deltas.get(c.direction)
+    claim = verdicts.Claim(id=c.id, text=c.text, kind=c.kind, a=c.a[0], b=c.b[0],
+                           metric="accuracy", split="test",
+                           delta=delta if delta and delta > 0 else 1.0,
+                           delta_source=f"{DELTA_FRACTION:g} x ({c.direction}) exact's gain over "
+                                        "the identity control", family=c.family,
+                           direction=c.direction if c.direction in gates else None)
     claims.append(claim)
-    missing = [m for m in (a, b) if reps.get((d, m)) is None]
-    if d not in gates:
-      notes[cid] = f"({d}) needs a Transformer and an identity control with per-sequence evals"
+    a, b = _side(c.direction, c.a), _side(c.direction, c.b)
+    missing = [side for side in (a, b) if reps.get(side) is None]
+    if c.direction not in gates:
+      notes[c.id] = (f"({c.direction}) needs a Transformer and an identity control with "
+                     "per-sequence evals")
     elif missing:
-      notes[cid] = "; ".join(whys.get((d, m)) or f"({d}) {m} not run" for m in missing)
-    elif not _same_steps(by_model, d, a, b):
-      notes[cid] = f"({d}) {a} and {b} were evaluated at different steps"
+      notes[c.id] = "; ".join(whys.get(m) or f"({c.direction}) {_name(m)} not run"
+                              for m in missing)
+    elif not _same_steps(by_group, a, b):
+      notes[c.id] = f"({c.direction}) {_name(a)} and {_name(b)} were evaluated at different steps"
     else:
-      evidence[cid] = verdicts.estimate(reps[(d, a)], reps[(d, b)], bootstrap=bootstrap)
+      evidence[c.id] = verdicts.estimate(reps[a], reps[b], bootstrap=bootstrap)
   decided = verdicts.decide(claims, evidence, gates)
   decided = [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
                                                                 notes[v.claim.id])
@@ -138,8 +219,13 @@ def decide(loaded, *, bootstrap=verdicts.BOOTSTRAP):
   return decided, gates
 
 
-def _same_steps(by_model, d, *models):
-  steps = {r.step for m in models for r in by_model.get((d, m), [])}
+def _name(key):
+  _, label, settings = key
+  return label + ("" if settings == "{}" else f" {settings}")
+
+
+def _same_steps(by_group, *keys):
+  steps = {r.step for key in keys for r in by_group.get(key, [])}
   return len(steps) <= 1
 
 
@@ -149,8 +235,9 @@ def rows(decided):
   for v in decided:
     cells = verdicts.row(v)
     delta = cells["delta (pp)"] if v.claim.direction else ""
-    out.append([v.claim.id, v.claim.text, cells["difference (pp)"], cells["95% interval (pp)"],
-                cells["MDE (pp)"], delta, cells["seeds"], v.verdict, v.reason])
+    out.append([v.claim.family, v.claim.id, v.claim.text, cells["difference (pp)"],
+                cells["95% interval (pp)"], cells["MDE (pp)"], delta, cells["seeds"], v.verdict,
+                v.reason])
   return out
 
 
@@ -187,8 +274,7 @@ def render(run_dirs, out_path):
     (markdown path, csv path, json path).
 
   Raises:
-    UserError: out_path is not a .md path or unwritable; any runs.load_runs error; runs of
-      one model with settings that differ beyond the seed.
+    UserError: out_path is not a .md path or unwritable; any runs.load_runs error.
   """
   csv_path(out_path)  # a wrong --out fails before reading
   loaded = runs.load_runs(run_dirs)
@@ -201,7 +287,8 @@ def render(run_dirs, out_path):
            "The rule, the margins and why: the docstrings of performer/figures/claims.py and "
            "performer/verdicts.py.",
            ("Paper: Sec. 4.3 and Fig. 6 (36 layers, L = 1024), numbers from Table 2 (App. C.3); "
-            "'Performer (generalized)' is Performer-ReLU.")]
+            "'Performer (generalized)' is Performer-ReLU. Fig. 5: Sec. 4.2 (its claims are about "
+            "PG-19; here the protein fine-tunes); Fig. 15: App. D.2; Fig. 16: App. D.3.")]
   written = write_table(out_path, "Paper claims on proteins, decided by the verdict rule",
                         COLUMNS, rows(decided), notes)
   json_path = os.path.splitext(out_path)[0] + ".json"

@@ -65,15 +65,42 @@ class Context:
   def result(self, filename):
     return os.path.join(self.results, filename)
 
+  def evaluated(self, train, splits=(), *, study):
+    """The eval job of a train job on `splits` (per-sequence sums beside each result), if any,
+    and the job that archives the run after it: [eval, archive] or [archive]."""
+    if not splits:
+      return [self.archive(train, None, study=study)]
+    evaluate = job_lib.Job(
+        name=f"{train.name}_eval", kind="eval", study=study, needs=(train.name,),
+        command=("performer", "eval", "--workdir", train.workdir, "--split", ",".join(splits)),
+        outputs=tuple(f"{train.workdir}/eval_{split}{suffix}" for split in splits
+                      for suffix in (".json", "_sequences.npz")))
+    return [evaluate, self.archive(train, evaluate, study=study)]
+
   def archive(self, train, evaluate, *, study):
-    """The job that archives a train job's run once `evaluate` is done: <results>/runs/<name>/
-    (archive.py), with its outputs' compact copies."""
+    """The job that archives a train job's run once it (and `evaluate`, if any) is done:
+    <results>/runs/<name>/ (archive.py), with its outputs' compact copies."""
     dest = self.result(os.path.join("runs", train.name))
     return job_lib.Job(
-        name=f"{train.name}_archive", kind="archive", study=study, needs=(evaluate.name,),
+        name=f"{train.name}_archive", kind="archive", study=study,
+        needs=(evaluate.name if evaluate else train.name,),
         command=("performer", "archive", train.workdir, "--to", os.path.dirname(dest)),
         outputs=(os.path.join(dest, "config.json"),
-                 *(os.path.join(dest, os.path.basename(p)) for p in evaluate.outputs)))
+                 *(os.path.join(dest, os.path.basename(p)) for p in
+                   (evaluate.outputs if evaluate else ()))))
+
+  def archived(self, job):
+    """The archived run folder of a train job (what `archive` writes)."""
+    return self.result(os.path.join("runs", job if isinstance(job, str) else job.name))
+
+  def claims(self, study, runs, *, needs):
+    """The `figure claims` job of an appendix study: its runs beside Fig. 6's scale-gate runs
+    (which set each direction's gate and margin), into <results>/<study>_claims.md."""
+    from performer.plans import fig6  # pylint: disable=import-outside-toplevel
+    gate = fig6.gate_runs(self)
+    return self.figure(f"{study}_claims", ("claims", "--runs", *map(self.archived, gate), *runs),
+                       f"{study}_claims.md", needs=(*(f"{g}_archive" for g in gate), *needs),
+                       study=study)
 
   def figure(self, name, args, out, *, needs, study):
     """A `performer figure NAME ... --out <results>/<out>` job."""

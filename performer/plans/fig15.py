@@ -1,7 +1,9 @@
 """Fig. 15 (redrawing): Performer-softmax with W redrawn and never redrawn, two seeds of W.
 
 The seeds are the feature draw's (attention_options seed), not the weights'.
-fig6's (U) softmax and ReLU runs give the figure's middle panel.
+fig6's (U) softmax and ReLU runs give the figure's middle panel. Each run is
+evaluated on test and archived; the figure and fig15_claims.md read the
+archives.
 """
 
 from performer.plans import job as job_lib
@@ -23,8 +25,13 @@ def jobs(ctx):
                                               redraw_every=redraw_every,
                                               seed=settings["feature_seed"])),
         study=STUDY, settings=settings))
+  trains = list(out)
+  out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
   middle = ("u_performer_softmax", "u_performer_relu")
-  runs = [*(j.workdir for j in out), *(ctx.workdir(name) for name in middle)]
-  out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs), "fig15_redraw.png",
-                        needs=[*(j.name for j in out), *middle], study=STUDY))
+  runs = list(map(ctx.archived, trains))
+  needs = [f"{j.name}_archive" for j in trains]
+  out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs, *map(ctx.archived, middle)),
+                        "fig15_redraw.png", needs=[*needs, *(f"{m}_archive" for m in middle)],
+                        study=STUDY))
+  out.append(ctx.claims(STUDY, runs, needs=needs))
   return out

@@ -1,4 +1,8 @@
-"""Fig. 16 (App. D.3): (B) generalized attention with kernel f; trig is the paper's cosine."""
+"""Fig. 16 (App. D.3): (B) generalized attention with kernel f; trig is the paper's cosine.
+
+Each run is evaluated on test (per-sequence sums) and archived; the figure
+and the claims table (fig16_claims.md) read the archives.
+"""
 
 from performer.plans import job as job_lib
 from performer.plans.context import options, short
@@ -16,6 +20,10 @@ def jobs(ctx):
                               kernel=settings["kernel"])),
                      study=STUDY, settings=settings)
          for settings in job_lib.product(kernel=KERNELS)]
-  out.append(ctx.figure("fig16_kernels", ("kernels", "--runs", *(j.workdir for j in out)),
-                        "fig16_kernels.png", needs=[j.name for j in out], study=STUDY))
+  trains = list(out)
+  out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
+  runs, needs = list(map(ctx.archived, trains)), [f"{j.name}_archive" for j in trains]
+  out.append(ctx.figure("fig16_kernels", ("kernels", "--runs", *runs), "fig16_kernels.png",
+                        needs=needs, study=STUDY))
+  out.append(ctx.claims(STUDY, runs, needs=needs))
   return out

@@ -4,7 +4,10 @@ The weights of fig6's (U) and (B) Transformers are fine-tuned as the
 Transformer itself (continued), as Performers with positive features redrawn
 and never redrawn, with trig features and with SMREG scaling; in (B) also as
 a Linformer. The paper's right panel is PG-19: here the real sample book,
-whose Transformer (fig5_text_source) is fine-tuned the same ways.
+whose Transformer (fig5_text_source) is fine-tuned the same ways. The protein
+fine-tunes are evaluated on test (per-sequence sums) for fig5_claims.md; the
+text runs, one book, are shown, not judged. Every run is archived and the
+figure reads the archives.
 """
 
 from performer.plans import job as job_lib
@@ -61,8 +64,17 @@ def jobs(ctx):
         job_lib.run_name("fig5_text_{variant}", settings), config,
         (*_from(ctx, TEXT_SOURCE, ctx.budget.text_finetune_steps), *_options(ctx, variant)),
         needs=(TEXT_SOURCE,), study=STUDY, settings=settings))
-  tuned = [j for j in out if j.name != TEXT_SOURCE]
+  trains = list(out)
+  protein = [j for j in trains if j.settings.get("source") in ("u_exact", "b_exact")]
+  out += [j for t in trains
+          for j in ctx.evaluated(t, ("test",) if t in protein else (), study=STUDY)]
+  tuned = [j for j in trains if j.name != TEXT_SOURCE]
   out.append(ctx.figure("fig5_backward_compat",
-                        ("backward-compat", "--runs", *(j.workdir for j in tuned)),
-                        "fig5_backward_compat.png", needs=[j.name for j in tuned], study=STUDY))
+                        ("backward-compat", "--runs", *map(ctx.archived, tuned)),
+                        "fig5_backward_compat.png",
+                        needs=[f"{j}_archive" for j in (*(t.name for t in tuned), "u_exact",
+                                                        "b_exact", TEXT_SOURCE)],
+                        study=STUDY))  # the sources' archives: its grey line
+  out.append(ctx.claims(STUDY, list(map(ctx.archived, protein)),
+                        needs=[f"{j.name}_archive" for j in protein]))
   return out

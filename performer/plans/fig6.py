@@ -73,20 +73,24 @@ def sweep(ctx):
           if (a in GATE) == (stage == "gate") and (a in GATE or not seed or passed.get(d))]
 
 
+def run_name(settings):
+  return job_lib.run_name("{direction}_{attention}" + ("_seed{seed}" if settings["seed"] else ""),
+                          settings)
+
+
+def gate_runs(ctx):
+  """Names of the scale gate's runs (every seed of GATE's models)."""
+  return [run_name(s) for s in sweep(ctx) if s["attention"] in GATE]
+
+
 def jobs(ctx):
   out, archives = [], {}
   for s in sweep(ctx):
-    name = job_lib.run_name("{direction}_{attention}" + ("_seed{seed}" if s["seed"] else ""), s)
+    name = run_name(s)
     train = ctx.protein(name, f"{s['direction']}_{s['attention']}",
                         attention_options(ctx, s["attention"]), seed=s["seed"], study=STUDY,
                         settings=s)
-    splits = ("test", "ood")
-    evaluate = job_lib.Job(
-        name=f"{name}_eval", kind="eval", study=STUDY, needs=(name,),
-        command=("performer", "eval", "--workdir", train.workdir, "--split", ",".join(splits)),
-        outputs=tuple(f"{train.workdir}/eval_{split}{suffix}" for split in splits
-                      for suffix in (".json", "_sequences.npz")))
-    archive = ctx.archive(train, evaluate, study=STUDY)
+    evaluate, archive = ctx.evaluated(train, ("test", "ood"), study=STUDY)
     out += [train, evaluate, archive]
     archives[name] = (s, archive)
   gate = [a for s, a in archives.values() if s["attention"] in GATE]

@@ -26,7 +26,10 @@ def jobs(ctx):
   out.append(ctx.protein("fig7_performer_relu", "concat_u_performer_relu",
                          (*sized, options(num_features=budget.num_features)), study=STUDY,
                          settings={"attention": "performer_relu"}))
+  trains = list(out)
+  out += [a for j in trains for a in ctx.evaluated(j, study=STUDY)]  # archives: curves only
   out.append(ctx.figure("fig7_concat_accuracy",
-                        ("curves", "--runs", *(j.workdir for j in out), "--metric", "accuracy"),
-                        "fig7_concat_accuracy.png", needs=[j.name for j in out], study=STUDY))
+                        ("curves", "--runs", *map(ctx.archived, trains), "--metric", "accuracy"),
+                        "fig7_concat_accuracy.png", needs=[f"{j.name}_archive" for j in trains],
+                        study=STUDY))
   return out

@@ -75,6 +75,17 @@ def test_figure_draws_each_variant_and_the_source_line(make_run, tmp_path, monke
   assert u["source Transformer, end of training (11.3%)"] == pytest.approx([11.3, 11.3])
   assert "Linformer (transferred: 7.0%)" in drawn["swissprot (B) bidirectional"]
   assert (tmp_path / "fig5.png").stat().st_size > 10_000
+  # Archived (plans/archive.py): init_from names a run folder that is gone; the source of that
+  # name beside the fine-tuned run still gives the line.
+  for path in paths:
+    with open(f"{path}/config.json") as f:
+      config = json.load(f)
+    config["train"]["init_from"] = "/gone/runs/source"
+    with open(f"{path}/config.json", "w") as f:
+      json.dump(config, f)
+  drawn.clear()
+  figures.figure("backward-compat", run_dirs=paths, out_path=out)
+  assert "source Transformer, end of training (11.3%)" in drawn["swissprot (U) unidirectional"]
 
 
 def test_runs_that_are_not_fine_tuned_are_refused(make_run, tmp_path):

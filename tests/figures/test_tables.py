@@ -222,17 +222,20 @@ def test_table2_cli_default_out_in_the_runs_parent(tmp_path, make_run, capsys):
 SEQUENCES, TOKENS = 200, 100
 
 
-def _model_runs(make_run, rng, attention, causal, accuracy, seeds=3, **kw):
-  """Run folders of one model: per-sequence test evals around `accuracy` (seed sd 0.1 pp)."""
+def _model_runs(make_run, rng, attention, causal, accuracy, seeds=3, more=None, **kw):
+  """Run folders of one model: per-sequence test evals around `accuracy` (seed sd 0.1 pp);
+  `more`: settings recorded beyond direction, attention and seed (an appendix study's)."""
   d = "u" if causal else "b"
   folders = []
   for seed in range(seeds):
     p = np.clip(accuracy + rng.normal(0, 0.001) + rng.normal(0, 0.02, SEQUENCES), 0, 1)
     correct = rng.binomial(TOKENS, p).astype(np.float32)
     acc = float(correct.sum() / (TOKENS * SEQUENCES))
-    folder = make_run(f"{d}_{attention}_{seed}", attention, causal=causal, seed=seed,
+    name = "_".join([d, attention, *map(str, (more or {}).values()), str(seed)])
+    folder = make_run(name, attention, causal=causal, seed=seed,
                       test=(acc, 9.0), ood=(acc - 0.05, 12.0),
-                      settings={"direction": d, "attention": attention, "seed": seed}, **kw)
+                      settings={"direction": d, "attention": attention, "seed": seed,
+                                **(more or {})}, **kw)
     np.savez(f"{folder}/eval_test_sequences.npz", ids=np.arange(SEQUENCES),
              correct_sum=correct, tokens=np.full(SEQUENCES, TOKENS, np.float32),
              loss_sum=np.zeros(SEQUENCES, np.float32))
@@ -287,13 +290,41 @@ def test_without_a_gain_over_the_control_claims_are_not_testable(tmp_path, make_
   assert json.load(open(tmp_path / "claims.json"))["gates"]["U"]["passed"] is False
 
 
+def test_appendix_families_are_decided_by_the_same_rule_on_their_own_groups(tmp_path, make_run):
+  rng = np.random.default_rng(3)
+  folders = [f for att, acc in (("exact", 0.30), ("identity", 0.10))
+             for f in _model_runs(make_run, rng, att, False, acc)]
+  # Fig. 16: the cosine kernel far below ReLU, two seeds each; Fig. 5: one seed per variant.
+  for kernel, acc in (("trig", 0.15), ("relu", 0.31)):
+    folders += _model_runs(make_run, rng, "performer_relu", False, acc, seeds=2,
+                           more={"kernel": kernel})
+  for attention, variant in (("performer_softmax", "positive"), ("exact", "exact")):
+    folders += _model_runs(make_run, rng, attention, False, 0.30, seeds=1,
+                           more={"source": "b_exact", "variant": variant})
+  rows, text = _decided(tmp_path, folders)
+  assert {r["family"] for r in rows.values()} == {"fig5", "fig16"}  # no Fig. 6 model given
+  assert rows["B: cosine kernel worse than ReLU"]["verdict"] == "reproduced"
+  assert rows["B: cosine kernel worse than ReLU"]["seeds"] == "2/2"
+  assert float(rows["B: cosine kernel worse than ReLU"]["difference (pp)"]) == pytest.approx(
+      -16, abs=1)
+  fig5 = rows["B: fine-tuned positive matches continued Transformer"]
+  assert fig5["verdict"] == "inconclusive" and "needs >= 2 per group" in fig5["why"]
+  assert rows["U: fine-tuned trig worse than positive"]["verdict"] == "not tested"
+
+
 def test_runs_of_other_studies_are_not_pooled_as_seeds_and_steps_must_agree(tmp_path, make_run):
   rng = np.random.default_rng(2)
-  folders = _model_runs(make_run, rng, "performer_softmax", True, 0.3, seeds=1)
+  models = {("exact", True): 0.30, ("identity", True): 0.20, ("performer_softmax", True): 0.30}
+  folders = [f for (att, causal), acc in models.items()
+             for f in _model_runs(make_run, rng, att, causal, acc, root=f"s_{att}")]
   other = make_run("fig15", "performer_softmax", causal=True, test=(0.3, 9.0),
                    settings={"feature_seed": 1, "schedule": "no_redraw"})
-  with pytest.raises(UserError, match="not replicates of one model"):
-    figures.render("claims", folders + [other], str(tmp_path / "c.md"))
+  rows, _ = _decided(tmp_path, folders + [other])
+  assert rows["U: softmax matches Transformer"]["seeds"] == "3/3"  # the Fig. 15 run is not a seed
+  # the Fig. 15 family is shown (one of its runs is given), its other group is missing
+  assert rows["U: without redraw worse than with"]["verdict"] == "not tested"
+  assert "Performer-softmax {\"schedule\": \"redraw\"} not run" in \
+      rows["U: without redraw worse than with"]["why"]
   models = {("exact", True): 0.30, ("identity", True): 0.20, ("performer_softmax", True): 0.30}
   folders = [f for (att, causal), acc in models.items()
              for f in _model_runs(make_run, rng, att, causal, acc, root=f"r_{att}")]

@@ -96,8 +96,10 @@ def test_select_pulls_in_what_the_chosen_jobs_need(mini):
   chosen = {j.name for j in plans.select(jobs, ["fig5_u_trig"])}
   assert chosen == {"fig5_u_trig", "u_exact", "proteins", "pfam_labels", "swissprot"}
   fig15 = {j.name for j in plans.select(jobs, ["fig15"])}
-  assert {"u_performer_softmax", "u_performer_relu", "fig15_redraw"} < fig15
-  assert "u_exact" not in fig15 and "pg19" not in fig15
+  assert {"u_performer_softmax", "u_performer_relu", "fig15_redraw", "fig15_claims"} < fig15
+  # its claims read the scale gate's runs (gate and margin), not the other Fig. 6 models
+  assert {"u_exact_seed2_archive", "b_identity_archive"} < fig15
+  assert "u_reformer" not in fig15 and "pg19" not in fig15
 
 
 def test_select_refuses_an_unknown_name_listing_studies_and_jobs(mini):
