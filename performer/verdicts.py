@@ -177,8 +177,31 @@ def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0):
                   se_test=float(draws.std(ddof=1)), df=df, seeds=(a.seeds, b.seeds))
 
 
+def paired(a, b):
+  """Evidence for mean(a) - mean(b) from replicates paired one to one (a[j] and b[j] share
+  draw j, e.g. of the random features W): a t interval over the n differences, df = n - 1.
+
+  There is no test-set term: use it where the evaluation set is fixed and its sampling error
+  is not the question (Fig. 14's probe: how FAVOR's error moves through the layers of one
+  model on one set of sequences), and say so beside the verdict.
+
+  Raises:
+    ValueError: a and b differ in length or have fewer than 2 replicates.
+  """
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
+    raise ValueError(f"paired replicates need two equal 1-d arrays of >= 2, got {a.shape} and "
+                     f"{b.shape}")
+  d = a - b
+  return Evidence(diff=float(d.mean()), se_seed=float(d.std(ddof=1) / math.sqrt(len(d))),
+                  se_test=0.0, df=float(len(d) - 1), seeds=(len(a), len(b)))
+
+
 def p_value(claim, evidence):
   """The p-value of the claim's own test (before Holm): TOST for matches, two-sided otherwise."""
+  if evidence.se == 0:  # replicates that agree exactly: the difference is known
+    inside = abs(evidence.diff) < claim.delta
+    return float(not inside) if claim.kind == "matches" else float(evidence.diff == 0)
   t = stats.t(evidence.df)
   if claim.kind == "matches":
     return float(max(t.sf((evidence.diff + claim.delta) / evidence.se),
@@ -188,6 +211,8 @@ def p_value(claim, evidence):
 
 def contrary_p_value(claim, evidence):
   """For matches: the p-value that |diff| > delta (the difference shown outside the margin)."""
+  if evidence.se == 0:
+    return float(abs(evidence.diff) <= claim.delta)
   t = stats.t(evidence.df)
   return float(min(t.sf((evidence.diff - claim.delta) / evidence.se),
                    t.cdf((evidence.diff + claim.delta) / evidence.se)))

@@ -157,3 +157,24 @@ def test_a_gate_without_seed_variance_leaves_its_claims_inconclusive():
   ev = verdicts.estimate(two["a"], two["b"], bootstrap=50)
   (v,) = verdicts.decide([_claim("matches", id="x", direction="U")], {"x": ev}, {"U": gate})
   assert v.verdict == verdicts.INCONCLUSIVE and "needs >= 2 seeds" in v.reason
+
+
+def test_paired_draws_keep_the_false_positive_rate_and_find_a_real_change():
+  # Fig. 14's design: 5 draws, each giving both layers; a shared per-draw offset cancels.
+  rng = np.random.default_rng(7)
+  claim = Claim(id="c", text="", kind="better", a="deep", b="shallow", metric="error",
+                split="test", delta=0.01, delta_source="", family="f14")
+  def verdict(shift):
+    offset = rng.normal(0, 0.1, 5)  # the draw's own luck, in both layers
+    a, b = 0.4 + shift + offset + rng.normal(0, 0.01, 5), 0.4 + offset + rng.normal(0, 0.01, 5)
+    ev = verdicts.paired(a, b)
+    return verdicts.decide([claim], {"c": ev})[0].verdict
+  equal = [verdict(0.0) for _ in range(1000)]
+  assert equal.count(verdicts.INCONCLUSIVE) / 1000 > 0.93  # the 5% two-sided level
+  apart = [verdict(0.05) for _ in range(300)]  # 5 noise sd of a difference: always found
+  assert apart.count(verdicts.REPRODUCED) / 300 > 0.95
+  ev = verdicts.paired([1.0, 2.0, 3.0], [0.5, 1.0, 2.0])
+  assert ev.diff == pytest.approx(2.5 / 3) and ev.df == 2 and ev.se_test == 0
+  assert ev.se_seed == pytest.approx(np.std([0.5, 1.0, 1.0], ddof=1) / math.sqrt(3))
+  with pytest.raises(ValueError, match="two equal 1-d arrays"):
+    verdicts.paired([1.0], [2.0])

@@ -8,12 +8,16 @@ line per m: the mean over the draws, the band their minimum to maximum (a
 log axis cannot show mean - std below 0). Never recomputes the experiment.
 """
 
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
+from performer import verdicts  # pylint: disable=wrong-import-position
 from performer.errors import UserError  # pylint: disable=wrong-import-position
+from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
 REQUIRED = {"setting": str, "quantity": str, "m": float, "layer": float, "num_layers": float,
@@ -88,4 +92,69 @@ def render(input_path, out_path):
                f"{first['draws']:g} draws, bands: min to max", fontsize=10)
   save_figure(fig, out_path)
   plt.close(fig)
-  return out_path
+  return out_path, write_claims(rows, claims_path(out_path))
+
+
+def claims_path(out_path):
+  """Where the claims table of a figure goes: <out stem>_claims.md."""
+  return os.path.splitext(out_path)[0] + "_claims.md"
+
+
+CLAIM = "output error grows with the number of layers (App. D.1, Fig. 14)"
+WHY = ("App. D.1: error propagation through the non-attention parts of the Transformer is one of "
+       "the primary reasons its weights cannot be used as a Performer's without fine-tuning; "
+       "Fig. 14 plots the output error for varying numbers of layers.")
+# The smallest change in relative error worth a claim (errors here are 0.05-0.8); a 'better'
+# claim is decided by its interval, delta is shown only.
+DELTA = 0.01
+
+
+def decide(rows):
+  """Verdicts of the declared claim for each (setting, m) whose model has more than one block:
+  relative error of the output after the last block above that after the first, paired over
+  the draws of W (verdicts.paired), Holm over the file's claims."""
+  claims, evidence = [], {}
+  for setting in dict.fromkeys(r["setting"] for r in rows):
+    for m in sorted({r["m"] for r in rows if r["setting"] == setting}):
+      curve = {int(r["layer"]): r for r in rows if r["setting"] == setting and r["m"] == m
+               and r["quantity"] == "output"}
+      if len(curve) < 2:
+        continue
+      first, last = curve[min(curve)], curve[max(curve)]
+      cid = f"{setting}, m = {m:g}: output error after block {max(curve)} above block {min(curve)}"
+      claims.append(verdicts.Claim(id=cid, text=CLAIM, kind="better", a=f"block {max(curve)}",
+                                   b=f"block {min(curve)}", metric="relative error",
+                                   split=str(first.get("split", "")), delta=DELTA,
+                                   delta_source="declared: 0.01 relative error", family="fig14"))
+      if min(len(first.get("errors", ())), len(last.get("errors", ()))) >= 2:
+        evidence[cid] = verdicts.paired(last["errors"], first["errors"])
+  return [v if v.claim.id in evidence else verdicts.Verdict(
+      v.claim, v.verdict, "the file has fewer than 2 per-draw errors (run error-propagation "
+      "again)") for v in verdicts.decide(claims, evidence)]
+
+
+def write_claims(rows, out_path):
+  """Writes the Fig. 14 claims table (Markdown and CSV) decided by `decide`."""
+  decided = decide(rows)
+  table = []
+  for v in decided:
+    ev = v.evidence
+    low, high = ev.interval() if ev is not None else (None, None)
+    table.append([v.claim.id, v.claim.text,
+                  None if ev is None else f"{ev.diff:+.3f}",
+                  None if ev is None else f"{low:+.3f} .. {high:+.3f}",
+                  None if ev is None else f"{ev.mde():.3f}",
+                  None if ev is None else ev.seeds[0], v.verdict, v.reason])
+  notes = [f"Paper: {WHY}",
+           "Differences: relative error (Frobenius, all positions) after the last block minus "
+           "after the first, mean over the draws of W; the interval is a t interval over the "
+           "draws, paired (each draw gives every layer). The probe's sequences are fixed: there "
+           "is no test-set term (performer/verdicts.py, paired).",
+           "Setting init has the deepest model (more blocks, random weights); trained is the "
+           "2-block mini model."]
+  return write_table(out_path, "Fig. 14 (App. D.1), decided by the verdict rule", COLUMNS,
+                     table, notes)[0]
+
+
+COLUMNS = (Column("claim"), Column("paper"), Column("difference"), Column("95% interval"),
+           Column("MDE"), Column("draws"), Column("verdict"), Column("why"))

@@ -38,10 +38,35 @@ def fixture_drawn(monkeypatch):
   return kept
 
 
+def test_the_depth_claim_is_decided_over_the_draws_paired(tmp_path):
+  # Output error per draw j: grows with depth at m = 16, falls at m = 64, flat and noisy at 256.
+  noise = [0.02, -0.01, 0.015, -0.02, 0.0]
+  shape = {16: lambda l: 0.1 * l, 64: lambda l: 0.5 / l, 256: lambda l: 0.3}
+  rows = [r for m in shape for r in _rows("init", 4, (m,))]
+  for r in rows:
+    r["errors"] = [shape[r["m"]](r["layer"]) + n * (r["layer"] if r["m"] == 256 else
+                                                      r["layer"] / 40) for n in noise]
+  src = _write(tmp_path / "r.json", rows)
+  figures.figure("error-propagation", input_path=src, out_path=str(tmp_path / "f14.png"))
+  table = (tmp_path / "f14_claims.md").read_text()
+  verdict = lambda m: next(line for line in table.splitlines()
+                           if line.startswith(f"| init, m = {m}:")).split(" | ")[6]
+  assert (verdict(16), verdict(64), verdict(256)) == ("reproduced", "contradicted",
+                                                      "inconclusive")
+  assert "| +0.300 |" in table  # block 4 minus block 1 at m = 16, mean over the draws
+  # without per-draw errors (an older file) the claims are not tested
+  for r in rows:
+    del r["errors"]
+  figures.figure("error-propagation", input_path=_write(tmp_path / "old.json", rows),
+                 out_path=str(tmp_path / "old.png"))
+  assert (tmp_path / "old_claims.md").read_text().count("| not tested | the file has fewer") == 3
+
+
 def test_draws_one_line_per_m_in_a_panel_per_setting_and_quantity(tmp_path, drawn):
   src = _write(tmp_path / "r.json", _rows("trained", 2, (16, 64)) + _rows("init", 4, (16, 64)))
   out = tmp_path / "figs" / "fig.png"
-  assert figures.render("error-propagation", src, str(out)) == str(out)
+  assert figures.render("error-propagation", src, str(out)) == (
+      str(out), str(tmp_path / "figs" / "fig_claims.md"))
   assert matplotlib.image.imread(out).shape[1] > 900
   (fig,) = drawn
   panels = [ax for ax in fig.axes if ax.get_title()]
@@ -68,7 +93,7 @@ def test_the_exact_control_draws_zeros_on_a_linear_axis(tmp_path, drawn):
 def test_default_output_is_beside_the_input(tmp_path):
   src = _write(tmp_path / "ep.json", _rows("init", 3, (8,)))
   assert figures.figure("error-propagation", input_path=src) == (
-      str(tmp_path / "ep_error_propagation.png"),)
+      str(tmp_path / "ep_error_propagation.png"), str(tmp_path / "ep_error_propagation_claims.md"))
   assert (tmp_path / "ep_error_propagation.png").read_bytes()[:4] == b"\x89PNG"
 
 
