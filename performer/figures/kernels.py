@@ -2,9 +2,12 @@
 
 Reads Performer run folders (gin/trembl_b_performer_kernels.gin, one per
 KERNEL) and draws validation accuracy (solid, markers) and train accuracy
-(dashed, thin) in % against the step on log-log axes, one colour per
-kernel (a kernel's further runs thinner and lighter), labelled with the
-kernel from the run's config. A run that a NaN or Inf
+(dashed, thin) in % against the step on log-log axes, as the paper, one
+colour per kernel (a kernel's further runs thinner and lighter), labelled
+with the kernel from the run's config; beside it, validation accuracy of
+the kernels that end within ZOOM_POINTS of the best, on linear axes (log
+axes flatten the differences among them), and the test set's empirical
+baseline where the runs' test evals give it. A run that a NaN or Inf
 stopped (diverged.json, written by train/loop.py) ends in an 'x' at the step
 it stopped at, and its legend entry says "NaN at step S". Never recomputes
 anything.
@@ -97,6 +100,25 @@ def _labels(loaded):
           for run, k in zip(loaded, kernels)}
 
 
+ZOOM_POINTS = 1.0  # the right panel shows the kernels within this many points of the best
+
+
+def _zoom_on_the_best(ax, finals):
+  """Linear y-range of the kernels whose last validation accuracy is within ZOOM_POINTS of the
+  best: the differences a claim among good kernels is about, which log axes flatten."""
+  ax.set_xlabel("step")
+  ax.set_ylabel("validation accuracy (%)")
+  ax.grid(True, alpha=0.3)
+  if not finals:
+    return
+  best = max(finals)
+  close = [f for f in finals if f >= best - ZOOM_POINTS]
+  low, high = min(close), best
+  pad = max(0.1, 0.25 * (high - low))
+  ax.set_ylim(low - 2 * pad, high + pad)
+  ax.set_title(f"zoom: kernels within {ZOOM_POINTS:g} point of the best at the end", fontsize=10)
+
+
 def render(run_dirs, out_path):
   """Reads Performer run folders and writes Fig. 16 to out_path.
 
@@ -119,8 +141,9 @@ def render(run_dirs, out_path):
   direction = one_direction(loaded)
   order = sorted(loaded, key=lambda r: (list(KERNEL_LABELS) + [kernel_of(r)]).index(kernel_of(r)))
   check_figure_path(out_path)
-  fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
-  drawn, handles, seen = 0, [], []
+  fig, (ax, zoom) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained",
+                                 gridspec_kw={"width_ratios": (3, 2)})
+  drawn, handles, seen, finals = 0, [], [], []
   for run in order:
     colour = COLOURS.get(kernel_of(run), "C7")
     label, ends = labels[run.path], []
@@ -136,6 +159,10 @@ def render(run_dirs, out_path):
               markersize=2 * width, label=f"{label} {split}")
       drawn += 1
       ends.append((steps[-1], valid, values[-1]))
+      if valid:
+        zoom.plot(steps, values, color=colour, linewidth=width, alpha=alpha, marker="o",
+                  markersize=2 * width)
+        finals.append(values[-1])
     # The 'x' continues the curve that got furthest (validation on a tie).
     nan = mark_divergence(ax, run, colour, max(ends)[2] if ends else None, log_x=True)
     drawn += nan is not None
@@ -155,9 +182,16 @@ def render(run_dirs, out_path):
   handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
               Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=4,
                      label="validation")]
-  ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
-            borderaxespad=0)
-  fig.suptitle("Generalized attention kernels (Fig. 16 style), log-log", fontsize=11)
+  baseline = runs.mean(r.value("test", "baseline_accuracy") for r in loaded)
+  if baseline is not None:
+    for axis in (ax, zoom):
+      axis.axhline(100 * baseline, color="0.5", linestyle=":", linewidth=1.2)
+    handles.append(Line2D([], [], color="0.5", linestyle=":",
+                          label=f"empirical baseline, test ({100 * baseline:.3g})"))
+  _zoom_on_the_best(zoom, finals)
+  fig.legend(handles=handles, fontsize=7, loc="outside right upper")
+  fig.suptitle("Generalized attention kernels (Fig. 16 style): left log-log as the paper, right "
+               "validation of the best kernels on linear axes", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path

@@ -60,7 +60,7 @@ def _sort(loaded):
 
 def _setting(run):
   every = redraw_every(run)
-  return f"redraw every {every}" if every else "no redraw"
+  return ("redraw every step" if every == 1 else f"redraw every {every}") if every else "no redraw"
 
 
 def _draw(ax, run, colour, label, width=1.8, alpha=1.0):

@@ -52,7 +52,8 @@ def test_kernels_log_log_one_colour_per_kernel_and_nan_crosses(tmp_path, monkeyp
              _kernel_run(make_run, "identity", "identity", diverged=0),  # NaN before any log
              _kernel_run(make_run, "trig", "trig", metrics=GOOD),
              make_run("softmax", "performer_softmax", causal=False, metrics=GOOD)]
-  (ax,) = _drawn(monkeypatch, tmp_path, "kernels", folders).axes
+  fig = _drawn(monkeypatch, tmp_path, "kernels", folders)
+  ax, zoom = fig.axes
   assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
   assert ax.get_ylabel() == "accuracy (%)" and ax.get_title().startswith("(B)")
   lines = _lines(ax)
@@ -73,18 +74,28 @@ def test_kernels_log_log_one_colour_per_kernel_and_nan_crosses(tmp_path, monkeyp
   assert list(identity_x.get_ydata()) == [0.03]  # no point to continue: the panel's bottom
   assert "identity valid" not in lines and "identity train" not in lines
   # Legend: Fig. 16's kernel order and names, NaN steps, then the split key.
-  assert _legend(ax) == ["relu", "trig (cosine)", "tanh: NaN at step 130",
-                         "identity: NaN at step 0", "positive (FAVOR+)", "train", "validation"]
-  renderer = ax.figure.canvas.get_renderer()  # beside the panel, off the curves
-  assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+  legend = fig.legends[0]
+  assert [t.get_text() for t in legend.get_texts()] == [
+      "relu", "trig (cosine)", "tanh: NaN at step 130", "identity: NaN at step 0",
+      "positive (FAVOR+)", "train", "validation"]
+  renderer = fig.canvas.get_renderer()  # beside the panels, off the curves
+  for panel in (ax, zoom):
+    assert not legend.get_window_extent(renderer).overlaps(panel.get_window_extent(renderer))
+  # The zoom: validation on linear axes, its y-range that of the kernels near the best end
+  # (relu, trig and softmax end at 18%; tanh's 10% is left below it).
+  assert zoom.get_yscale() == "linear" and len(zoom.get_lines()) == 4
+  low, high = zoom.get_ylim()
+  assert 17 < low < 18 <= high < 19
 
 
 def test_kernels_names_repeated_kernels_by_folder_and_refuses_what_it_cannot_draw(
     tmp_path, monkeypatch, make_run):
   folders = [_kernel_run(make_run, "relu_a", "relu", metrics=GOOD),
              _kernel_run(make_run, "relu_b", "relu", metrics=EARLY, seed=1)]
-  (ax,) = _drawn(monkeypatch, tmp_path, "kernels", folders).axes
-  assert _legend(ax)[:2] == ["relu (relu_a)", "relu (relu_b)"]
+  fig = _drawn(monkeypatch, tmp_path, "kernels", folders)
+  ax, _ = fig.axes
+  assert [t.get_text() for t in fig.legends[0].get_texts()][:2] == ["relu (relu_a)",
+                                                                  "relu (relu_b)"]
   first, second = _lines(ax)["relu (relu_a) valid"], _lines(ax)["relu (relu_b) valid"]
   assert same_color(first.get_color(), second.get_color())  # one colour per kernel
   assert second.get_linewidth() < first.get_linewidth() and second.get_alpha() < 1
@@ -130,19 +141,19 @@ def test_redraw_sorts_runs_into_both_panels(tmp_path, monkeypatch, make_run):
   left, right = _drawn(monkeypatch, tmp_path, "redraw", folders).axes
   assert left.get_title() == redraw.LEFT and right.get_title() == redraw.RIGHT
   assert _legend(left) == ["feature seed 1, no redraw: NaN at step 300",
-                           "feature seed 2, no redraw", "feature seed 1, redraw every 1000",
+                           "feature seed 2, no redraw", "feature seed 1, redraw every step",
                            "train", "validation"]
   lines = _lines(left)
   assert same_color(lines["feature seed 1, no redraw valid"].get_color(), "C3")  # warm: never
   assert same_color(lines["feature seed 2, no redraw valid"].get_color(), "C1")
-  assert same_color(lines["feature seed 1, redraw every 1000 valid"].get_color(), "C0")  # cool
+  assert same_color(lines["feature seed 1, redraw every step valid"].get_color(), "C0")  # cool
   assert list(lines["feature seed 2, no redraw valid"].get_ydata()) == pytest.approx([10.0, 18.0])
   (cross,) = _crosses(left)
   assert list(cross.get_xdata()) == [300] and list(cross.get_ydata()) == pytest.approx([10.0])
   assert same_color(cross.get_color(), "C3")
   # Right: only the redrawing softmax run, against ReLU, in Fig. 6's colours.
   assert _legend(right) == [
-      "Performer-softmax (positive, redraw every 1000, feature seed 1, train seed 0)",
+      "Performer-softmax (positive, redraw every step, feature seed 1, train seed 0)",
       "Performer-ReLU (feature seed 0, train seed 0)", "train", "validation"]
   rlines = _lines(right)
   assert same_color(rlines["Performer-ReLU (feature seed 0, train seed 0) valid"].get_color(), "C2")
@@ -176,7 +187,7 @@ def test_redraw_draws_the_panels_it_can_and_refuses_runs_that_make_none(tmp_path
 def test_the_figures_defaults_are_the_backends(make_run):
   defaults = inspect.signature(backends.PerformerAttention.__init__).parameters
   bare = runs.load_run(_softmax(make_run, "bare", metrics=GOOD))  # no attention options
-  assert redraw.redraw_every(bare) == defaults["redraw_every"].default == 1000
+  assert redraw.redraw_every(bare) == defaults["redraw_every"].default == 1
   assert redraw.feature_seed(bare) == 0
   assert kernels.kernel_of(bare) == backends.PerformerSoftmax.default_kernel == "positive"
   relu = runs.load_run(make_run("relu", "performer_relu", causal=True, metrics=GOOD))
