@@ -124,6 +124,7 @@ def restore(plan, say=print):
     stamps = _stamps(source)
     if stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints.get(job.name):
       continue
+    writable_folder(plan.ctx.runs)  # a clear error, not a traceback, for a bad --runs
     os.makedirs(job.workdir, exist_ok=True)
     for f in os.listdir(source):
       path = os.path.join(source, f)

@@ -168,7 +168,7 @@ def test_a_signal_to_the_process_group_stops_every_job_once_and_waits(tmp_path, 
 
 def test_print_lists_each_unfinished_job_after_what_it_needs(tmp_path, capsys):
   status = cli.main(["reproduce", "--launcher", "print", "--only", "fig5_u_trig",
-                     "--runs", str(tmp_path)])
+                     "--runs", str(tmp_path), "--results", str(tmp_path / "results")])
   lines = capsys.readouterr().out.splitlines()
   assert status == 0 and lines[0].startswith("# 5 jobs of the mini plan")
   assert [line.split()[1] for line in lines[1:]] == [
@@ -207,6 +207,7 @@ def _calls(log):
 def test_slurm_submits_one_job_each_with_afterok_on_what_it_needs(tmp_path, sbatch):
   runs = tmp_path / "runs"
   args = ["reproduce", "--launcher", "slurm", "--only", "fig15", "--runs", str(runs),
+          "--results", str(tmp_path / "results"),
           "--steps", "40", "--sbatch", "train=--gres=gpu:4 --time=48:00:00"]
   assert cli.main(args) == 0
   calls = _calls(sbatch)
@@ -257,7 +258,8 @@ def test_the_job_template_runs_the_plan_command(tmp_path):
 
 
 def test_a_job_refuses_to_run_before_what_it_needs(tmp_path, capsys):
-  assert cli.main(["reproduce", "--job", "fig16_relu", "--runs", str(tmp_path / "runs")]) == 2
+  assert cli.main(["reproduce", "--job", "fig16_relu", "--runs", str(tmp_path / "runs"),
+                   "--results", str(tmp_path / "results")]) == 2
   assert capsys.readouterr().err == ("performer reproduce: error: job fig16_relu needs jobs that "
                                      "have not finished: proteins (pending)\n")
 
@@ -272,8 +274,8 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
       (["--sbatch", "gpu=8", "--launcher", "slurm"], "--sbatch 'gpu=8': give KIND=ARGS"),
       (["--runs", "/proc/x"], "cannot"),
   ]:
-    status = cli.main(["reproduce", *args] + ([] if "--runs" in args else
-                                               ["--runs", str(tmp_path / "r")]))
+    status = cli.main(["reproduce", *args, "--results", str(tmp_path / "results")] + (
+        [] if "--runs" in args else ["--runs", str(tmp_path / "r")]))
     err = capsys.readouterr().err
     assert status == 2 and err.startswith(f"performer reproduce: error: {message}"), (args, err)
 

@@ -1,0 +1,58 @@
+"""results/: every committed table is what its figure command writes from committed files."""
+
+import filecmp
+import glob
+import os
+
+import pytest
+
+from performer import figures, plans
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "results")
+
+
+def _committed_table_jobs():
+  """The mini plan's table jobs whose output is in results/ and whose run folders all are too
+  (archives under results/runs/), as (name, args, out)."""
+  ctx = plans.context("mini", runs=os.path.join(ROOT, "runs", "reproduce", "mini"),
+                      results=RESULTS)
+  found = []
+  for job in plans.build(ctx):
+    out = job.outputs[0] if job.outputs else ""
+    if job.kind != "figure" or not out.endswith(".md") or not os.path.exists(out):
+      continue
+    args = list(job.command[2:job.command.index("--out")])
+    if "--runs" in args and all(os.path.isdir(r) for r in args[args.index("--runs") + 1:]):
+      found.append((job.name, args, out))
+  return found
+
+
+@pytest.mark.parametrize("name, args, out", _committed_table_jobs() or [
+    pytest.param(None, None, None, marks=pytest.mark.skip("no archived study in results/ yet"))])
+def test_committed_tables_are_what_the_plan_writes_from_the_archives(name, args, out, tmp_path):
+  runs = args[args.index("--runs") + 1:]
+  written = figures.figure(args[0], run_dirs=runs, out_path=str(tmp_path / "t.md"))
+  for path in written:
+    ext = os.path.splitext(path)[1]
+    assert filecmp.cmp(path, os.path.splitext(out)[0] + ext, shallow=False), (name, ext)
+
+
+@pytest.mark.parametrize("direction", ["u", "b"])
+def test_the_fig14_claims_are_what_the_figure_writes_from_the_committed_json(direction, tmp_path):
+  source = os.path.join(RESULTS, f"error_propagation_{direction}.json")
+  out = str(tmp_path / "f.png")
+  figures.figure("error-propagation", input_path=source, out_path=out)
+  for ext in (".md", ".csv"):
+    committed = os.path.join(RESULTS, f"fig14_error_propagation_{direction}_claims{ext}")
+    assert filecmp.cmp(str(tmp_path / f"f_claims{ext}"), committed, shallow=False), ext
+
+
+def test_every_archive_is_small_and_whole():
+  for folder in glob.glob(os.path.join(RESULTS, "runs", "*")):
+    files = os.listdir(folder)
+    assert "config.json" in files and "metrics.jsonl" in files, folder
+    assert not [f for f in files if f.startswith(".tmp")], folder
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(folder) for f in fs)
+    limit = 12e6 if "checkpoints" in files else 400e3  # a checkpoint: see plans/archive.py
+    assert size < limit, (folder, size)
