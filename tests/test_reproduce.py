@@ -17,7 +17,7 @@ from performer.plans import fig6
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = [f"{d}_{a}" + (f"_seed{s}" if s else "") for s in fig6.REPLICATES
                for d, names in fig6.MODELS.items() for a in names]
-CLAIMS = [claim[0] for claim in claims_lib.CLAIMS]
+CLAIMS = [claim.id for claim in claims_lib.CLAIMS if claim.family == "table2"]
 VERDICTS = {verdicts.REPRODUCED, verdicts.CONTRADICTED, verdicts.INCONCLUSIVE,
             verdicts.NOT_TESTABLE, verdicts.NOT_TESTED}
 

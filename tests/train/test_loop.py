@@ -154,7 +154,7 @@ def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
          "ModelConfig.attention_options = {}")
   exact_valid = [r for r in _rows(tmp_path / "exact") if r["split"] == "valid"][-1]
   _train(data, tmp_path / "favor", "TrainConfig.steps = 3",
-         "ModelConfig.attention_options = {'num_features': 256}",
+         "ModelConfig.attention_options = {'num_features': 256, 'redraw_every': 1000}",
          f"TrainConfig.init_from = '{tmp_path / 'exact'}'", "OptimConfig.learning_rate = 0.0")
   favor_rows = [r for r in _rows(tmp_path / "favor") if r["split"] == "valid"]
   favor_valid = favor_rows[-1]
