@@ -18,7 +18,7 @@ from performer import flags
 from performer.errors import UserError
 
 # Subcommands in the order of a study: data, training, measurements, then plans and figures.
-DATA = ("performer.data.trembl", "performer.data.pfam", "performer.data.pg19")
+DATA = ("performer.data.trembl", "performer.data.pfam", "performer.data.pg19", "performer.data.mqar")
 EXPERIMENTS = ("approx_error", "lemma2", "speed", "throughput", "error_propagation",
                "attention_maps", "aa_similarity")
 OTHERS = ("performer.plans.command", "performer.figures", "performer.plans.archive")
@@ -130,7 +130,7 @@ def _parser():
   add = lambda name, summary, description, **kw: sub.add_parser(
       name, help=summary, description=description, formatter_class=_Formatter, **kw)
 
-  for name, where in zip(("prepare-trembl", "label-pfam", "prepare-pg19"), DATA):
+  for name, where in zip(("prepare-trembl", "label-pfam", "prepare-pg19", "prepare-mqar"), DATA):
     _command(add(name, *_texts(where)), where)
   p = add("train", "train a language model from gin configs (resumes a workdir)",
           TRAIN_DESCRIPTION)

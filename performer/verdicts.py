@@ -149,23 +149,37 @@ class Evidence:
     return (stats.t.ppf(1 - alpha / 2, self.df) + stats.t.ppf(power, self.df)) * self.se
 
 
-def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0):
+def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0, paired_seeds=False):
   """Evidence for mean accuracy of `a` minus that of `b` (Replicates on the same sequences).
 
+  paired_seeds: seed j of `a` and of `b` share what a seed draws (the same
+  initialisation stream, data order and first features; the recall study's
+  rows): the seed part is then a t interval over the n differences (df =
+  n - 1), which removes the variance the pair shares.
+
   Raises:
-    ValueError: the groups were scored on different numbers of sequences.
+    ValueError: the groups were scored on different numbers of sequences, or
+      paired_seeds with different numbers of seeds.
   """
   if a.correct.shape[1] != b.correct.shape[1]:
     raise ValueError(f"paired groups need the same sequences: {a.correct.shape[1]} vs "
                      f"{b.correct.shape[1]}")
   acc_a, acc_b = a.accuracy(), b.accuracy()
   diff = float(acc_a.mean() - acc_b.mean())
-  parts = [acc.var(ddof=1) / acc.size for acc in (acc_a, acc_b) if acc.size > 1]
-  seed_var = sum(parts) if len(parts) == 2 else math.nan
-  if len(parts) == 2 and seed_var > 0:  # Welch-Satterthwaite
-    df = seed_var ** 2 / sum(p ** 2 / (acc.size - 1) for p, acc in zip(parts, (acc_a, acc_b)))
+  if paired_seeds:
+    if acc_a.size != acc_b.size:
+      raise ValueError(f"paired seeds need as many seeds in each group: {acc_a.size} vs "
+                       f"{acc_b.size}")
+    n = acc_a.size
+    seed_var = float((acc_a - acc_b).var(ddof=1) / n) if n > 1 else math.nan
+    df = float(n - 1) if n > 1 else math.nan
   else:
-    df = math.inf if len(parts) == 2 else math.nan
+    parts = [acc.var(ddof=1) / acc.size for acc in (acc_a, acc_b) if acc.size > 1]
+    seed_var = sum(parts) if len(parts) == 2 else math.nan
+    if len(parts) == 2 and seed_var > 0:  # Welch-Satterthwaite
+      df = seed_var ** 2 / sum(p ** 2 / (acc.size - 1) for p, acc in zip(parts, (acc_a, acc_b)))
+    else:
+      df = math.inf if len(parts) == 2 else math.nan
   rng = np.random.default_rng(seed)
   n = a.correct.shape[1]
   draws = []

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from performer import plans, verdicts
@@ -157,6 +158,20 @@ def test_the_whole_appendix_runs_at_the_tiny_budget(appendix):
                "fig15_redraw_f1", "fig15_redraw_f2", "fig15_no_redraw_f2", "fig16_sigmoid",
                "fig16_exp", "fig16_relu", "fig16_abs", "fig16_gelu", "fig16_trig", "fig16_tanh"):
     assert (runs / name / "config.json").exists(), name
+
+
+@pytest.mark.slow  # part of the whole tiny plan above: the recall study's 26 runs
+def test_the_recall_study_runs_at_the_tiny_budget(appendix):
+  runs, _ = appendix
+  results = runs / "results"
+  record = json.loads((results / "recall.json").read_text())["tasks"]["L16_kv2"]
+  assert len(record["rows"]) == 13 and all(len(r["accuracies"]) == 2
+                                           for r in record["rows"].values())
+  assert {c["verdict"] for c in record["claims"]} <= VERDICTS and record["claims"]
+  for name in ("recall.png", "recall.md", "recall_claims.md"):
+    assert (results / name).stat().st_size > 0, name
+  with np.load(results / "runs" / "recall_L16_kv2_taylor_s1" / "eval_test_sequences.npz") as f:
+    assert f["tokens"].tolist() == [2.0] * 16  # the kv = 2 queries of each test example
 
 
 @pytest.mark.slow  # the tiny fig6 run: ~2.5 min; tables, figures and verdicts have fast tests

@@ -178,3 +178,34 @@ def test_paired_draws_keep_the_false_positive_rate_and_find_a_real_change():
   assert ev.se_seed == pytest.approx(np.std([0.5, 1.0, 1.0], ddof=1) / math.sqrt(3))
   with pytest.raises(ValueError, match="two equal 1-d arrays"):
     verdicts.paired([1.0], [2.0])
+
+
+def _shared_seed_luck(rng, shift, seeds=5, luck_sd=0.05, n=3000):
+  """Two rows whose seed j shares one luck (init, data order, first W), a offset by `shift`:
+  the recall study's design (3,000 test examples of 4 queries)."""
+  tokens = np.full((seeds, n), 4.0)
+  luck = rng.normal(0, luck_sd, (seeds, 1))
+  base = rng.uniform(0.4, 0.8, n)
+  make = lambda offset: Replicates(rng.binomial(4, np.clip(base + offset + luck, 0, 1)), tokens)
+  return make(shift), make(0.0)
+
+
+def test_paired_seeds_remove_the_luck_rows_share_and_keep_the_error_rate():
+  rng = np.random.default_rng(8)
+  claim = _claim("better", delta=0.01)
+  def rate(shift, paired, trials=100):
+    found = 0
+    for i in range(trials):
+      a, b = _shared_seed_luck(rng, shift)
+      ev = verdicts.estimate(a, b, bootstrap=100, seed=i, paired_seeds=paired)
+      found += verdicts.decide([claim], {"c": ev})[0].verdict == verdicts.REPRODUCED
+    return found / trials
+  assert rate(0.0, paired=True) <= 0.025 + SLACK  # equal rows: one side of a 5% test
+  assert rate(0.03, paired=True) >= 0.9  # 3 pp under 5 pp of shared seed luck: found paired
+  assert rate(0.03, paired=False) <= 0.5  # and mostly lost when the pairing is ignored
+  a, b = _shared_seed_luck(rng, 0.0, seeds=3)
+  ev = verdicts.estimate(a, b, paired_seeds=True, bootstrap=10)
+  assert ev.df == 2 and ev.se_seed == pytest.approx(
+      np.std(a.accuracy() - b.accuracy(), ddof=1) / math.sqrt(3))
+  with pytest.raises(ValueError, match="as many seeds"):
+    verdicts.estimate(a, _shared_seed_luck(rng, 0.0, seeds=2)[0], paired_seeds=True)

@@ -28,15 +28,18 @@ class PerformerAttention(nnx.Module):
 
   features: "random" (phi from a projection W of m rows, redrawn every
   `redraw_every` training steps; 0 = never) or "deterministic" (no W, M = d
-  features phi(x) = f(x) + kernel_epsilon; generalized kernels only, and
-  num_features, projection, scaling and redraw_every are unused).
+  features phi(x) = f(x) + kernel_epsilon, or Based's Taylor map for kernel
+  "taylor"; generalized kernels only, and num_features, projection, scaling
+  and redraw_every are unused). feature_dim: q and k first pass through a
+  learned map to feature_dim dimensions (Based's feature_dim; None: none).
   """
 
   default_kernel, default_kernel_epsilon = "positive", 0.0  # for options given as None
 
   def __init__(self, *, head_dim, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1, seed=0,
-               kernel_epsilon=None, chunk_size=None, features="random"):
+               kernel_epsilon=None, chunk_size=None, features="random", feature_dim=None,
+               rngs=None):
     kernel = kernel or self.default_kernel
     kernel_epsilon = self.default_kernel_epsilon if kernel_epsilon is None else kernel_epsilon
     if kernel not in favor.KERNELS:
@@ -45,30 +48,43 @@ class PerformerAttention(nnx.Module):
       raise ValueError(f"features must be 'random' or 'deterministic', got {features!r}")
     if features == "deterministic" and kernel not in favor.GENERALIZED_KERNELS:
       raise ValueError(f"kernel {kernel!r} estimates softmax and needs random features")
+    if features == "random" and kernel in favor.DETERMINISTIC_ONLY:
+      raise ValueError(f"kernel {kernel!r} has no random features: use features='deterministic'")
+    if feature_dim is not None and not (isinstance(feature_dim, int) and feature_dim >= 1):
+      raise ValueError(f"feature_dim must be an integer >= 1 or None, got {feature_dim!r}")
     self.features = features
     self.kernel, self.kernel_epsilon, self.chunk_size = kernel, kernel_epsilon, chunk_size
+    # Based's feature_dim: q and k pass through a learned d -> feature_dim map (shared by the
+    # heads) before the feature map, which keeps Taylor's 1 + r + r^2 features affordable.
+    self.qk_map = (nnx.Linear(head_dim, feature_dim, use_bias=False, rngs=rngs)
+                   if feature_dim else None)
+    head_dim = feature_dim or head_dim
     self.head_dim, self.num_features = head_dim, num_features
     self.projection, self.scaling = projection, scaling
     self.layer, self.seed, self.redraw_every = layer, seed, redraw_every
-    self.W = RandomFeatures(self.draw(0))
+    # Deterministic features keep no W at all (orbax cannot checkpoint an empty placeholder).
+    self.W = RandomFeatures(self.draw(0)) if features == "random" else None
 
   def draw(self, step):
     """W for training step `step` (an int or a traced integer)."""
-    if self.features == "deterministic":
-      return jnp.zeros((0, self.head_dim), jnp.float32)  # no W (a placeholder keeps state uniform)
     period = step // self.redraw_every if self.redraw_every else 0
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.seed), self.layer), period)
     return favor.projection(key, self.num_features, self.head_dim, self.projection, self.scaling)
 
   def redraw(self, step):
-    """Sets W to `draw(step)`: call once per training step (never in eval)."""
-    self.W[...] = self.draw(step)
+    """Sets W to `draw(step)`: call once per training step (never in eval); no-op without W."""
+    if self.W is not None:
+      self.W[...] = self.draw(step)
 
   def matrix(self):
     """W, or None for deterministic features."""
-    return None if self.features == "deterministic" else self.W[...]
+    return None if self.W is None else self.W[...]
+
+  def _qk(self, q, k):
+    return (q, k) if self.qk_map is None else (self.qk_map(q), self.qk_map(k))
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
+    q, k = self._qk(q, k)
     return favor.favor_attention(q, k, v, self.matrix(), kernel=self.kernel, causal=causal,
                                  mask=mask, chunk_size=self.chunk_size,
                                  kernel_epsilon=self.kernel_epsilon)
@@ -80,6 +96,7 @@ class PerformerAttention(nnx.Module):
 
   def decode_step(self, cache, q, k, v):
     """One token ([B, H, d] each): O(m d) work, the carried K'^T V and K'^T 1 state."""
+    q, k = self._qk(q, k)
     return favor.causal_decode_step(cache, q, k, v, self.matrix(), kernel=self.kernel,
                                     kernel_epsilon=self.kernel_epsilon)
 

@@ -12,6 +12,8 @@ non-overlapping windows of seq_len instead (shards.Windows). For (U) the model r
 [EOS] + sequence and predicts sequence + [EOS] (EOS doubles as the start
 token); for (B) it reads the MLM-corrupted sequence (masking.py), keyed by
 the example's flat index so its mask does not depend on the batch.
+A generated MQAR task (mqar.py) has batches of the same interface;
+`batches` picks by the dataset's kind.
 """
 
 import dataclasses
@@ -21,9 +23,10 @@ import os
 import grain.python as grain
 import numpy as np
 
-from performer.data import vocab
+from performer.data import mqar, vocab
 from performer.data.masking import MLM
 from performer.data.shards import TokenShards, Windows
+from performer.data.stream import StepBatches
 from performer.errors import UserError
 
 
@@ -77,7 +80,7 @@ def _manifest(cfg):
 
 
 def _kind(cfg):
-  """'trembl' or 'pg19'."""
+  """'trembl', 'pg19' or 'mqar'."""
   return _manifest(cfg)["fingerprint"]["kind"]
 
 
@@ -114,6 +117,8 @@ def vocab_ids(cfg):
   """The dataset's vocabulary as vocab.Ids (size, pad, eos, mask, first_regular)."""
   if _kind(cfg) == "trembl":
     return vocab.PROTEIN_IDS
+  if _kind(cfg) == mqar.KIND:
+    return mqar.ids(mqar.load(cfg.path))
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   sp = spm.SentencePieceProcessor(model_file=os.path.join(cfg.path, "spm.model"))
   # SentencePiece: 0 <unk>, 1 <s>, 2 </s>; no pad or mask piece, so two ids are added.
@@ -136,7 +141,19 @@ def _example(tokens, seq_len, eos, pad, causal):
   return inputs, targets
 
 
-class Batches:
+def batches(cfg, split, *, causal, process_index=0, process_count=1):
+  """The batches of `split` of the dataset at cfg.path: `ShardBatches`, or mqar.Batches for a
+  generated MQAR task (same interface).
+
+  Raises:
+    UserError: no prepared dataset there, no such split, or a batch size not
+      divisible by the processes.
+  """
+  cls = mqar.Batches if _kind(cfg) == mqar.KIND else ShardBatches
+  return cls(cfg, split, causal=causal, process_index=process_index, process_count=process_count)
+
+
+class ShardBatches(StepBatches):
   """Training batches by step, and one ordered pass over a split for evaluation.
 
   DataConfig.batch_size is the global batch B, as in the paper; each of the
@@ -174,19 +191,6 @@ class Batches:
     start = step * self.cfg.batch_size + self.offset
     ids = range(start, start + self.rows)
     return self._stack([self.stream[i] for i in ids], ids)
-
-  def train_batches(self, start, stop, place=None, *, prefetch=4):
-    """train_batch(step) for step in [start, stop), built ahead by grain's reader threads.
-
-    place: applied to each batch in those threads too (e.g. sharding it onto
-    the devices), so neither building nor copying waits for the step.
-    """
-    def build(step):
-      batch = self.train_batch(step)
-      return place(batch) if place else batch
-    batches = grain.MapDataset.range(start, stop).map(build)
-    return iter(batches.to_iter_dataset(grain.ReadOptions(num_threads=2,
-                                                          prefetch_buffer_size=prefetch)))
 
   def eval_batches(self):
     """Every example of the split once, in order, in batches of B (this process's rows).

@@ -186,7 +186,7 @@ def _batches(cfg, run_cfg):
   data = dataclasses.replace(run_cfg.data, batch_size=cfg.batch_size)
   causal = run_cfg.model.causal
   out, count = [], 0
-  for batch in pipeline.Batches(data, cfg.split, causal=causal).eval_batches():
+  for batch in pipeline.batches(data, cfg.split, causal=causal).eval_batches():
     keep = (batch["ids"] >= 0) & (batch["ids"] < cfg.sequences)
     if not keep.any():
       break

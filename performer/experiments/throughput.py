@@ -146,7 +146,7 @@ def _worker(spec):
   mesh = sharding.make_mesh(cfg.mesh)
   model, optimizer = state_lib.build(cfg)
   graphdef, state, shardings = state_lib.placed(model, optimizer, mesh, cfg.mesh.rules)
-  data = pipeline.Batches(cfg.data, "train", causal=cfg.model.causal)
+  data = pipeline.batches(cfg.data, "train", causal=cfg.model.causal)
   batches = [sharding.global_batch(data.train_batch(i), mesh) for i in range(steps)]
   step = state_lib.jit_train_step(cfg, mesh, graphdef, shardings).lower(state, batches[0], 0).compile()
   for i in range(every):

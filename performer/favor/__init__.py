@@ -11,12 +11,13 @@ from performer.favor.attention import (BIDIRECTIONAL_BLOCK, DEFAULT_CHUNK_SIZE, 
                                        causal_decode_init, causal_decode_step,
                                        causal_linear_attention_scan, favor_attention,
                                        softmax_attention)
-from performer.favor.features import (GENERALIZED_KERNELS, KERNELS, SOFTMAX_KERNELS,
-                                      Features, feature_map, feature_parts)
+from performer.favor.features import (DETERMINISTIC_ONLY, GENERALIZED_KERNELS, KERNELS,
+                                      SOFTMAX_KERNELS, Features, feature_map, feature_parts)
 from performer.favor.projections import KINDS, SCALINGS, projection
 
 __all__ = [
-    "BIDIRECTIONAL_BLOCK", "DEFAULT_CHUNK_SIZE", "EXPONENTIAL_KERNELS", "GENERALIZED_KERNELS", "KERNELS", "KINDS",
+    "BIDIRECTIONAL_BLOCK", "DEFAULT_CHUNK_SIZE", "DETERMINISTIC_ONLY", "EXPONENTIAL_KERNELS",
+    "GENERALIZED_KERNELS", "KERNELS", "KINDS",
     "MAX_NORM", "SCALINGS", "SOFTMAX_KERNELS", "Features", "causal_decode_init",
     "causal_decode_step", "causal_linear_attention_scan", "favor_attention", "feature_map",
     "feature_parts", "projection", "softmax_attention",

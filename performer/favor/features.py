@@ -9,6 +9,11 @@ gelu (jax.nn.gelu's default tanh approximation, within 5e-4 of the erf
 form), tanh and identity; and exp, phi(x) = exp(W x) / sqrt(m), which takes
 no epsilon. identity, tanh and gelu (like trig) can be negative, so
 attention's normaliser D can come near 0 or change sign with them.
+`taylor` is the deterministic map of Based (Arora et al. 2024, arXiv
+2402.18668), phi(x) = [1, x, vec(x x^T) / sqrt(2)], M = 1 + d + d^2, so that
+phi(x).phi(y) = 1 + x.y + (x.y)^2 / 2, the second-order Taylor expansion of
+exp(x.y); on attention's scaled inputs x = q d^(-1/4) that is Based's
+1 + q.k / sqrt(d) + (q.k)^2 / (2d). It has no random form and no epsilon.
 
 Every map is returned in a split form, phi(x) = value * exp(log), so that
 attention can subtract maxima from `log` before exponentiating without ever
@@ -23,7 +28,8 @@ import jax.numpy as jnp
 
 SOFTMAX_KERNELS = ("positive", "hyperbolic", "trig")
 GENERALIZED_KERNELS = ("relu", "elu_plus_one", "exp", "identity", "sigmoid", "abs", "gelu",
-                       "tanh")
+                       "tanh", "taylor")
+DETERMINISTIC_ONLY = ("taylor",)  # maps of x itself, never of W x
 # f of the bounded generalized kernels, phi = f(W x) / sqrt(m) + kernel_epsilon.
 _BOUNDED = {
     "relu": jax.nn.relu,
@@ -43,7 +49,7 @@ class Features(NamedTuple):
   value: [..., M] or None (read as 1): the bounded part.
   log: [..., M], [..., 1] (one log-scale per token) or None (read as 0).
   M is the feature dimension: m, or 2m for `hyperbolic` and `trig`, or d for
-  a generalized kernel used without W.
+  a generalized kernel used without W, or 1 + d + d^2 for `taylor`.
   """
   value: jax.Array | None
   log: jax.Array | None
@@ -55,7 +61,7 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
   Args:
     x: [..., d] queries or keys, any float dtype (computed in float32).
     W: [m, d] projection from `projection`, or None for a deterministic
-      generalized kernel (phi(x) = f(x)).
+      generalized kernel (phi(x) = f(x)); always None for `taylor`.
     kernel: one of `KERNELS`.
     kernel_epsilon: added to bounded generalized features (App. A.4 uses 1e-3
       for relu) so that no token's features are all zero; ignored by the
@@ -65,11 +71,17 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
     `Features`, float32.
 
   Raises:
-    ValueError: unknown kernel; W missing for a softmax kernel; W not [m, d].
+    ValueError: unknown kernel; W missing for a softmax kernel, or given for
+      `taylor`; W not [m, d].
   """
   if kernel not in KERNELS:
     raise ValueError(f"unknown kernel {kernel!r}; choose from {KERNELS}")
   x = x.astype(jnp.float32)
+  if kernel in DETERMINISTIC_ONLY:
+    if W is not None:
+      raise ValueError(f"kernel {kernel!r} is deterministic: it takes no projection W")
+    outer = (x[..., :, None] * x[..., None, :]).reshape(*x.shape[:-1], -1) / math.sqrt(2)
+    return Features(jnp.concatenate([jnp.ones_like(x[..., :1]), x, outer], axis=-1), None)
   if W is None:
     if kernel in SOFTMAX_KERNELS:
       raise ValueError(f"kernel {kernel!r} needs a projection matrix W")

@@ -26,6 +26,8 @@ FIGURES = {
     "kernels": "performer.figures.kernels",  # paper Fig. 16 (App. D.3)
     "lemma2": "performer.figures.lemma2",  # paper Fig. 2 (Lemma 2)
     "mse-vs-m": "performer.figures.mse_vs_m",  # paper Fig. 4
+    "recall": "performer.figures.recall",  # associative recall (MQAR), beyond the paper
+    "recall-lr": "performer.figures.recall_lr",  # the recall study's learning rates
     "redraw": "performer.figures.redraw",  # paper Fig. 15 left and middle (App. D.2)
     "speed": "performer.figures.speed",  # paper Fig. 3
     "table1": "performer.figures.table1",  # paper Table 1 (App. C.1)
@@ -42,6 +44,8 @@ SUMMARIES = {
     "kernels": "Fig. 16 accuracy of generalized-attention kernels, log-log, NaN stops (--runs)",
     "lemma2": "Fig. 2 MSE ratio r of trig to positive features (--input lemma2 JSON)",
     "mse-vs-m": "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)",
+    "recall": "MQAR recall accuracy against state size and m, with verdicts (--runs)",
+    "recall-lr": "the recall study's learning rates chosen on valid (--runs)",
     "redraw": "Fig. 15 softmax features with/without redrawing; softmax vs ReLU (--runs)",
     "speed": "Fig. 3 time and memory against L (--input speed JSON)",
     "table1": "Table 1 TrEMBL split statistics beside the paper's (--input dataset folder)",
@@ -58,7 +62,8 @@ INPUTS = {
     "table1": "runs/data/trembl-sample",  # prepare-trembl --sample
 }
 
-RUNS = frozenset({"backward-compat", "claims", "curves", "kernels", "redraw", "table2"})
+RUNS = frozenset({"backward-compat", "claims", "curves", "kernels", "recall", "recall-lr",
+                  "redraw", "table2"})
 # A runs figure's file in the first run's parent folder, when not <name>.png / <name>.md.
 RUN_FILES = {"curves": "fig6_{metric}.png", "backward-compat": "fig5_backward_compat.png",
              "kernels": "fig16_kernels.png", "redraw": "fig15_redraw.png"}

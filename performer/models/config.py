@@ -24,7 +24,7 @@ class ModelConfig:
   num_layers: int = 6
   num_heads: int = 8
   d_model: int = 512
-  d_ff: int = 2048
+  d_ff: int = 2048  # 0: attention-only blocks, no MLP
   dropout: float = 0.1
   attention: str = "exact"
   attention_options: dict = dataclasses.field(default_factory=dict)
@@ -33,9 +33,11 @@ class ModelConfig:
   dtype: str = "float32"  # of activations and matmuls; parameters stay float32 (see DTYPES)
 
   def __post_init__(self):
-    for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model", "d_ff"):
+    for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model"):
       if getattr(self, name) < 1:
         raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+    if self.d_ff < 0:
+      raise ValueError(f"ModelConfig.d_ff must be >= 0 (0: no MLP), got {self.d_ff}")
     if self.d_model % self.num_heads:
       raise ValueError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
     if not 0 <= self.dropout < 1:

@@ -1,8 +1,8 @@
 """A pre-LayerNorm Transformer language model whose attention is chosen by name.
 
 Token + learned position embeddings, `num_layers` blocks of attention and an
-MLP of width d_ff, each as x + Dropout(f(LayerNorm(x))), a final LayerNorm and
-a linear head to the vocabulary. Transformer, Performer, Linformer and
+MLP of width d_ff (none for d_ff = 0), each as x + Dropout(f(LayerNorm(x))),
+a final LayerNorm and a linear head to the vocabulary. Transformer, Performer, Linformer and
 Reformer models differ only by `config.attention`.
 """
 
@@ -26,9 +26,10 @@ class Block(nnx.Module):
                                max_len=cfg.max_len, rngs=rngs, layer=layer,
                                **cfg.attention_options)
     self.proj = nnx.Linear(cfg.d_model, cfg.d_model, dtype=dtype, rngs=rngs)
-    self.ln_mlp = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
-    self.mlp_in = nnx.Linear(cfg.d_model, cfg.d_ff, dtype=dtype, rngs=rngs)
-    self.mlp_out = nnx.Linear(cfg.d_ff, cfg.d_model, dtype=dtype, rngs=rngs)
+    if cfg.d_ff:  # d_ff = 0: attention-only blocks (Zoology's recall models have no MLP)
+      self.ln_mlp = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+      self.mlp_in = nnx.Linear(cfg.d_model, cfg.d_ff, dtype=dtype, rngs=rngs)
+      self.mlp_out = nnx.Linear(cfg.d_ff, cfg.d_model, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
 
   def __call__(self, x, mask):  # x: [B, L, d_model], mask: [B, L] bool
@@ -48,7 +49,9 @@ class Block(nnx.Module):
                  for t in (q, k, v))
 
   def mlp_part(self, x, key=None):
-    """Dropout(MLP(LN(x))): G of a reversible layer."""
+    """Dropout(MLP(LN(x))): G of a reversible layer; 0 without an MLP (d_ff = 0)."""
+    if not self.cfg.d_ff:
+      return jnp.zeros_like(x)
     return self._dropout(self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x)))), key)
 
   def _dropout(self, x, key):
@@ -60,11 +63,14 @@ class Block(nnx.Module):
     heads = lambda t: t.reshape(x.shape[0], self.cfg.num_heads, self.cfg.head_dim)
     cache, att = self.attn.decode_step(cache, heads(q), heads(k), heads(v))
     x = x + self.proj(att.reshape(x.shape[0], -1))
-    return x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.ln_mlp(x)))), cache
+    return x + self.mlp_part(x), cache
 
 
 class TransformerLM(nnx.Module):
-  """tokens [B, L] int -> logits [B, L, vocab] float32 (whatever cfg.dtype computes in)."""
+  """tokens [B, L] int -> logits [B, L, vocab] float32 (whatever cfg.dtype computes in).
+
+  Given positions [B, K], logits [B, K, vocab] of those positions only.
+  """
 
   def __init__(self, cfg, *, rngs):
     self.cfg = cfg
@@ -77,8 +83,12 @@ class TransformerLM(nnx.Module):
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
     self.rngs = rngs  # dropout keys of the reversible stack
 
-  def __call__(self, tokens, mask=None):
-    """Args: tokens [B, L] ids; mask [B, L] bool (True = real token) or None.
+  def __call__(self, tokens, mask=None, positions=None):
+    """Args: tokens [B, L] ids; mask [B, L] bool (True = real token) or None;
+    positions [B, K] int or None: the logits of these positions only, [B, K,
+    vocab] (the hidden states are gathered before the output layer, which
+    at a large vocabulary would otherwise cost more than the blocks; MQAR
+    scores K of L positions).
 
     Raises:
       ValueError: L exceeds config.max_len.
@@ -87,6 +97,8 @@ class TransformerLM(nnx.Module):
       x = reversible_stack(self.blocks, self._embed(tokens), mask, self.rngs.dropout())
     else:
       x = self.hidden_states(tokens, mask)[-1]
+    if positions is not None:
+      x = jnp.take_along_axis(x, positions[..., None], axis=1)  # [B, K, d_model]
     return self.head(self.ln(x)).astype(jnp.float32)
 
   def _embed(self, tokens):

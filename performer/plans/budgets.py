@@ -12,6 +12,30 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
+class Recall:
+  """The design of the associative-recall study (performer/plans/recall.py).
+
+  Attributes:
+    tasks: (L, kv) of each MQAR task (Zoology's Fig. 2 pairs).
+    vocab_size, eval_examples: the tasks' V and their valid and test sizes.
+    gin: files given after gin/recall/base.gin (sizes of the runs).
+    learning_rates: the grid each row's rate is chosen from on valid (one
+      rate: no tuning runs).
+    seeds: the replicates of every row at its chosen rate.
+    num_features: m of the FAVOR+ variant rows and of Performer-ReLU.
+    feature_sweep: the m of the FAVOR+ accuracy-against-m rows.
+  """
+  tasks: tuple[tuple[int, int], ...]
+  vocab_size: int
+  eval_examples: int
+  gin: tuple[str, ...]
+  learning_rates: tuple[float, ...]
+  seeds: tuple[int, ...]
+  num_features: int
+  feature_sweep: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Budget:
   """The sizes of one budget.
 
@@ -38,6 +62,7 @@ class Budget:
       labelled and prepared in the runs folder (data.py).
     staged: True: Fig. 6's later seeds wait for its scale gate (fig6.py);
       False (tiny, a check of every job): every seed runs at once.
+    recall: the associative-recall study's design (Recall).
   """
   name: str
   protein_gin: tuple[str, ...]
@@ -59,6 +84,7 @@ class Budget:
   results: str = "{runs}/results"
   sample_fasta: bool = False
   staged: bool = True
+  recall: Recall | None = None
 
 
 BUDGETS = {
@@ -75,7 +101,10 @@ BUDGETS = {
                     "error_propagation": ("--sequences", "4", "--draws", "2", "--features", "8,16",
                                           "--init-layers", "2"),
                     "aa_similarity": ("--sequences", "16")},
-        jobs=2, sample_fasta=True, staged=False),
+        jobs=2, sample_fasta=True, staged=False,
+        recall=Recall(tasks=((16, 2),), vocab_size=64, eval_examples=16,
+                      gin=("gin/recall/tiny.gin",), learning_rates=(1e-2,), seeds=(0, 1),
+                      num_features=8, feature_sweep=(8,))),
     # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (README.md gives
     # the measured times); concatenated proteins at L = 1024 (README: why). Results: results/.
     "mini": Budget(
@@ -84,12 +113,19 @@ BUDGETS = {
         num_projections=150, redraw_every=100, finetune_steps=250, text_finetune_steps=500,
         concat_steps=300, redraw_steps=500, kernel_steps=300,
         concat_bindings=("DataConfig.seq_len=1024", "DataConfig.batch_size=4"),
-        jobs=2, results="results"),
+        jobs=2, results="results",
+        recall=Recall(tasks=((64, 4),), vocab_size=1024, eval_examples=3000, gin=(),
+                      learning_rates=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2, 3, 4), num_features=64,
+                      feature_sweep=(16, 32, 64, 128, 256))),
     # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
     # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
     "paper": Budget(
         name="paper", protein_gin=(), text_gin=(), data="runs/data/swissprot",
         text_data="runs/data/pg19", num_features=256, num_projections=600, redraw_every=1000,
         finetune_steps=20000, text_finetune_steps=20000, concat_steps=None, redraw_steps=None,
-        kernel_steps=None),
+        kernel_steps=None,
+        recall=Recall(tasks=((64, 4), (128, 8), (256, 16)), vocab_size=8192, eval_examples=3000,
+                      gin=("gin/recall/paper.gin",), learning_rates=(1e-4, 4.6e-4, 2.2e-3, 1e-2),
+                      seeds=(0, 1, 2, 3, 4), num_features=256,
+                      feature_sweep=(16, 32, 64, 128, 256))),
 }

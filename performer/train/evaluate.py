@@ -105,7 +105,7 @@ _model_inputs = jax.jit(steps.model_inputs, static_argnames=("vocab", "causal", 
 def _train_frequencies(cfg):
   """Token frequencies over the scored positions of (the first batches of) the train split."""
   causal, mlm = cfg.model.causal, cfg.data.mlm
-  train = pipeline.Batches(cfg.data, "train", causal=causal, **_process())
+  train = pipeline.batches(cfg.data, "train", causal=causal, **_process())
   counts = np.zeros(cfg.vocab.size, np.float64)
   for batch in itertools.islice(train.eval_batches(), BASELINE_TRAIN_BATCHES):
     weights = np.asarray(_model_inputs(batch, cfg.vocab, jax.random.key(0), causal=causal,
@@ -168,7 +168,7 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
   cfg = Config.load(workdir)
   model, optimizer = state_lib.build(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
-  every = [pipeline.Batches(cfg.data, split, causal=cfg.model.causal, **_process())
+  every = [pipeline.batches(cfg.data, split, causal=cfg.model.causal, **_process())
            for split in splits]  # checks all first
   with Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints")), create=False) as ckpt:
     step = ckpt.latest_step()

@@ -64,8 +64,8 @@ def run(cfg, workdir, *, progress=True, records=None):
   model, optimizer = state_lib.build(cfg)
   schedule = state_lib.learning_rate(cfg.optim, train.steps)  # for the logs only
   process = dict(process_index=jax.process_index(), process_count=jax.process_count())
-  train_data = pipeline.Batches(cfg.data, "train", causal=causal, **process)
-  valid_data = pipeline.Batches(cfg.data, "valid", causal=causal, **process)
+  train_data = pipeline.batches(cfg.data, "train", causal=causal, **process)
+  valid_data = pipeline.batches(cfg.data, "valid", causal=causal, **process)
   multiplier = {s: pipeline.multiplier(cfg.data, s) for s in ("train", "valid")}  # PG-19
 
   def validate():

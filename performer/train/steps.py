@@ -31,6 +31,20 @@ def model_inputs(batch, vocab, key, *, causal, mlm):
   return inputs, inputs != vocab.pad, targets, weights
 
 
+def scored(model, batch, inputs, mask, targets, weights):
+  """(logits, targets, weights) of the positions a batch is scored on.
+
+  Every position ([B, L, V], [B, L], [B, L]), or, when the data names them
+  in batch["positions"] [B, K] (MQAR's queries), those K only: the model
+  computes logits there alone ([B, K, V], [B, K], [B, K]).
+  """
+  positions = batch.get("positions")
+  if positions is None:
+    return model(inputs, mask), targets, weights
+  take = lambda x: jnp.take_along_axis(x, positions, axis=1)
+  return model(inputs, mask, positions=positions), take(targets), take(weights)
+
+
 def train_step(graphdef, state, batch, step, *, seed, vocab, causal, mlm):
   """One update at `step` of the (model, optimizer) pair that nnx.merge(graphdef, state) gives.
 
@@ -47,7 +61,7 @@ def train_step(graphdef, state, batch, step, *, seed, vocab, causal, mlm):
                                                 causal=causal, mlm=mlm)
 
   def loss_fn(model):
-    sums = metrics.sums(model(inputs, mask), targets, weights)
+    sums = metrics.sums(*scored(model, batch, inputs, mask, targets, weights))
     return sums["loss_sum"] / jnp.maximum(sums["tokens"], 1.0), sums
 
   (_, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
@@ -68,6 +82,6 @@ def eval_step(model, batch, key, *, vocab, causal, mlm):
     (sums over the batch, per-example sums [B] with the batch's `ids`).
   """
   inputs, mask, targets, weights = model_inputs(batch, vocab, key, causal=causal, mlm=mlm)
-  logits = model(inputs, mask)
+  logits, targets, weights = scored(model, batch, inputs, mask, targets, weights)
   return (metrics.sums(logits, targets, weights),
           {**metrics.example_sums(logits, targets, weights), "ids": batch["ids"]})

@@ -132,6 +132,39 @@ def test_deterministic_relu_features_are_the_closed_form_and_never_redrawn():
     _make("performer_relu", features="fixed")
 
 
+def test_taylor_features_give_based_closed_form_attention_and_decode_alike():
+  # Based (arXiv 2402.18668): weights 1 + q.k / sqrt(d) + (q.k)^2 / (2d) on unscaled q and k.
+  q, k, v = _qkv(5)
+  module = _make("performer_relu", kernel="taylor", features="deterministic", chunk_size=4)
+  qk = jnp.einsum("blhd,bshd->bhls", q, k)
+  scores = 1 + qk / np.sqrt(D) + qk ** 2 / (2 * D)
+  for causal in (False, True):
+    s = jnp.where(jnp.tril(jnp.ones((L, L), bool)), scores, 0.0) if causal else scores
+    expected = jnp.einsum("bhls,bshd->blhd", s, v) / s.sum(-1).transpose(0, 2, 1)[..., None]
+    np.testing.assert_allclose(module(q, k, v, causal=causal), expected, rtol=1e-4, atol=1e-5)
+  phi = favor.feature_map(q[0, 0, 0], None, "taylor")
+  assert phi.shape == (1 + D + D * D,)
+  cache = module.decode_init(B, H, D)
+  for t in range(3):
+    cache, out = module.decode_step(cache, q[:, t], k[:, t], v[:, t])
+  s = scores[..., 2, :3]  # [B, H, 3]: the third query's weights on the first three keys
+  np.testing.assert_allclose(out, jnp.einsum("bhs,bshd->bhd", s, v[:, :3]) / s.sum(-1)[..., None],
+                             rtol=1e-4, atol=1e-5)
+  # Based's feature_dim r: q and k through a learned d -> r map first, then the r-dim closed form.
+  small = _make("performer_relu", kernel="taylor", features="deterministic", feature_dim=3)
+  w = small.qk_map.kernel[...]
+  qk = jnp.einsum("blhd,bshd->bhls", q @ w, k @ w)
+  scores = jnp.tril(1 + qk / np.sqrt(3) + qk ** 2 / 6)
+  expected = jnp.einsum("bhls,bshd->blhd", scores, v) / scores.sum(-1).transpose(0, 2, 1)[..., None]
+  np.testing.assert_allclose(small(q, k, v, causal=True), expected, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="has no random features"):
+    _make("performer_relu", kernel="taylor")
+  with pytest.raises(ValueError, match="feature_dim must be"):
+    _make("performer_relu", feature_dim=0)
+  with pytest.raises(ValueError, match="takes no projection W"):
+    favor.feature_map(q, jnp.ones((4, D)), "taylor")
+
+
 def test_unknown_names_and_options():
   with pytest.raises(ValueError, match="unknown attention 'softmax'; choose from exact"):
     attention.make("softmax", num_heads=H, head_dim=D, max_len=8, rngs=nnx.Rngs(0))

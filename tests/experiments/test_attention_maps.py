@@ -335,7 +335,7 @@ def test_aa_similarity_equals_a_direct_numpy_computation(runs):
 
   # Directly: the five in one batch (no empty examples), numpy sums over residue positions.
   cfg, model, _ = attention_maps.load_model(run)
-  source = pipeline.Batches(cfg.data, "test", causal=False).source
+  source = pipeline.batches(cfg.data, "test", causal=False).source
   records = [source[int(i)] for i in aa_similarity.sample_indices(len(source), 5, 0)]
   tokens, mask = aa_similarity.model_inputs(records, 32, False)
   maps = attention_maps._layer_matrices_jit(  # pylint: disable=protected-access

@@ -128,7 +128,7 @@ def test_errors_match_an_independent_computation(result, run_dir):
   with Checkpoints(os.path.join(run_dir, "checkpoints"), create=False) as ckpt:
     ckpt.load_params(favor_model)
   favor_model.eval()
-  data = pipeline.Batches(cfg.data, "test", causal=True)
+  data = pipeline.batches(cfg.data, "test", causal=True)
   batches = list(itertools.islice(data.eval_batches(), 2))  # the run's batches of 4: keep 6
   inputs = np.concatenate([b["inputs"] for b in batches])[:6]
   mask = inputs != vocab.PAD

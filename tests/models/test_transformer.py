@@ -64,6 +64,40 @@ def test_unidirectional_model_is_causal(name, protein_batches):
     assert not np.allclose(model(changed)[:, i + 1:], base[:, i + 1:])
 
 
+def test_d_ff_zero_makes_attention_only_blocks_that_decode_like_the_full_pass(protein_batches):
+  cfg = ModelConfig(vocab_size=vocab.VOCAB_SIZE, max_len=64, num_layers=2, num_heads=2,
+                    d_model=32, d_ff=0, dropout=0.0, attention="performer_relu",
+                    attention_options={"num_features": 16})
+  model = TransformerLM(cfg, rngs=nnx.Rngs(0))
+  names = {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+  assert names and not any("mlp" in n for n in names)
+  params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  per_block = 2 * 32 + 32 * 96 + 96 + 32 * 32 + 32  # LayerNorm, qkv, proj
+  assert params == vocab.VOCAB_SIZE * 32 * 2 + 64 * 32 + 2 * per_block + 2 * 32 + vocab.VOCAB_SIZE
+  tokens = protein_batches[:2, :6]
+  full = model(tokens)
+  model.eval()
+  caches = model.decode_init(2)
+  for t in range(6):
+    logits, caches = model.decode_step(tokens[:, t], t, caches)
+    np.testing.assert_allclose(logits, full[:, t], rtol=2e-4, atol=2e-4)
+  with pytest.raises(ValueError, match="d_ff must be >= 0"):
+    ModelConfig(vocab_size=28, max_len=16, d_model=32, num_heads=2, d_ff=-1)
+
+
+@pytest.mark.parametrize("reversible", [False, True])
+def test_logits_at_positions_are_the_full_logits_there(reversible, protein_batches):
+  cfg = ModelConfig(vocab_size=vocab.VOCAB_SIZE, max_len=64, num_layers=2, num_heads=2,
+                    d_model=32, d_ff=64, dropout=0.0, reversible=reversible)
+  model = TransformerLM(cfg, rngs=nnx.Rngs(0))
+  tokens = protein_batches[:3]
+  positions = jnp.array([[0, 5, 47], [3, 3, 9], [46, 1, 20]])
+  full = model(tokens)
+  got = model(tokens, positions=positions)
+  assert got.shape == (3, 3, vocab.VOCAB_SIZE)
+  np.testing.assert_allclose(got, full[jnp.arange(3)[:, None], positions], rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", attention.names())
 @pytest.mark.parametrize("causal", [True, False])
 def test_padding_does_not_change_real_positions(name, causal, protein_batches):

@@ -9,6 +9,7 @@ from performer import configurables, plans
 from performer.errors import UserError
 from performer.plans import fig6 as fig6_plan
 from performer.plans import job as job_lib
+from performer.plans import recall as recall_plan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -55,7 +56,8 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
   monkeypatch.chdir(ROOT)
   monkeypatch.setattr("performer.data.samples.fetch", lambda name: f"/sample/{name}")
   ctx = plans.context(budget)
-  trains = {j.name: j for j in plans.build(ctx) if j.kind == "train"}
+  # The recall study (issue 23) is new: it has no script counterpart (its own test below).
+  trains = {j.name: j for j in plans.build(ctx) if j.kind == "train" and j.study != "recall"}
   # Since (issue 22): the identity controls and three replicate seeds. At mini and paper only
   # the gate's models (identity, exact) have them at first, the others' later seeds wait for
   # the gate (test below), so the script's second seed of the (U) Performer-ReLU is not in the
@@ -150,6 +152,29 @@ def test_the_later_seeds_of_a_direction_join_the_plan_once_its_gate_passed(mini)
   table2 = after["table2"].command
   assert f"{mini.results}/runs/u_reformer_seed2" in table2  # the tables read the archives
   assert "u_reformer_seed2_archive" in after["table2"].needs
+
+
+def test_recall_tunes_each_rows_rate_on_valid_then_trains_the_replicates_at_it(mini):
+  rows = list(recall_plan.rows(mini.budget.recall))
+  assert len(rows) == 17 and rows[0] == "exact" and rows[-1] == "identity"
+  jobs = {j.name: j for j in plans.build(mini) if j.study == "recall"}
+  tune = [j for j in jobs.values() if j.kind == "train"]
+  assert len(tune) == 17 * 3 and {j.settings["stage"] for j in tune} == {"tune"}
+  assert {j.settings["seed"] for j in tune} == {recall_plan.TUNE_SEED}
+  assert jobs["recall_L64_kv4_trig_lr0.01_eval"].command[-1] == "valid"  # never test
+  assert jobs["mqar_L64_kv4"].kind == "data" and "recall" not in jobs  # no replicates yet
+  os.makedirs(mini.results)
+  chosen = dict.fromkeys(rows, 0.001) | {"exact": 0.01}
+  with open(os.path.join(mini.results, "recall_lr.json"), "w") as f:
+    json.dump({"chosen": {"L64_kv4": chosen}}, f)
+  after = {j.name: j for j in plans.build(mini) if j.study == "recall"}
+  replicates = [j for j in after.values() if j.kind == "train" and j.settings["stage"] != "tune"]
+  assert len(replicates) == 17 * 5
+  exact = after["recall_L64_kv4_exact_s4"]
+  assert "OptimConfig.learning_rate=0.01" in exact.bindings and "TrainConfig.seed=4" in exact.bindings
+  assert after["recall_L64_kv4_exact_s4_eval"].command[-1] == "test"
+  assert f"{mini.results}/runs/recall_L64_kv4_taylor_s0" in after["recall"].command
+  plans.resolve(mini, list(after.values()) + [j for j in plans.build(mini) if j.study == "data"])
 
 
 def test_fingerprints_do_not_depend_on_where_the_runs_and_the_checkout_are(tmp_path, monkeypatch):

@@ -85,7 +85,7 @@ def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   configurables.parse([os.path.join(root, config)], [f"DataConfig.path = '{data}'", *TINY])
   cfg = configurables.resolve()
   model, _ = state_lib.build(cfg)
-  batch = next(pipeline.Batches(cfg.data, "valid", causal=causal).eval_batches())
+  batch = next(pipeline.batches(cfg.data, "valid", causal=causal).eval_batches())
   model.eval()
   mlm = cfg.data.mlm
   total, each = jax.device_get(steps.eval_step(model, batch, steps.eval_key(0), vocab=cfg.vocab,
@@ -358,7 +358,7 @@ def test_mlm_proportions_come_from_the_data_config(data):
                        "DataConfig.mlm_mask = 0.25", "DataConfig.mlm_random = 0.0"])
   cfg = configurables.resolve()
   assert cfg.data.mlm == masking.MLM(rate=0.5, mask=0.25, random=0.0)
-  batch = next(pipeline.Batches(cfg.data, "train", causal=False).eval_batches())
+  batch = next(pipeline.batches(cfg.data, "train", causal=False).eval_batches())
   inputs, _, targets, weights = (np.asarray(x) for x in steps.model_inputs(
       batch, cfg.vocab, jax.random.key(0), causal=False, mlm=cfg.data.mlm))
   selected = weights > 0
@@ -430,7 +430,7 @@ def test_a_replicate_seed_varies_init_data_order_and_random_features(data):
                         [f"DataConfig.path = '{data}'", *TINY, f"TrainConfig.seed = {seed}", *extra])
     cfg = configurables.resolve()
     model, _ = state_lib.build(cfg)
-    order = pipeline.Batches(cfg.data, "train", causal=True).train_batch(0)["inputs"]
+    order = pipeline.batches(cfg.data, "train", causal=True).train_batch(0)["inputs"]
     resolved.append((cfg, np.asarray(model.blocks[0].attn.W[...]), order))
   (c0, w0, o0), (c1, w1, o1), (c5, w5, _), (_, w5_seed0, _) = resolved
   assert (c0.data.seed, c1.data.seed) == (0, 1)  # recorded in config.json as numbers
@@ -473,3 +473,33 @@ def test_b_eval_sums_several_mask_draws_and_the_baseline_uses_the_same(data, tmp
   assert three["baseline_accuracy"] != one["baseline_accuracy"]  # over the same draws as the model
   with pytest.raises(UserError, match="--mask-draws must be >= 1"):
     evaluate.run(str(tmp_path), "test", mask_draws=0)
+
+
+def test_a_recall_run_with_deterministic_taylor_features_checkpoints_resumes_and_evaluates(
+    tmp_path):
+  # MQAR batches through the loop: logits at the queries only, a W-less attention checkpointed.
+  from performer.data import mqar  # pylint: disable=import-outside-toplevel
+  task = mqar.MQARConfig(vocab_size=64, seq_len=16, num_kv=2, eval_examples=10)
+  mqar.prepare(task, str(tmp_path / "mqar"))
+  small = [f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
+           "DataConfig.batch_size = 4", "ModelConfig.d_model = 16",
+           "ModelConfig.attention = 'performer_relu'",
+           "ModelConfig.attention_options = {'kernel': 'taylor', 'features': 'deterministic', "
+           "'feature_dim': 4}", "TrainConfig.log_every = 2", "TrainConfig.eval_every = 3",
+           "TrainConfig.checkpoint_every = 3",
+           "OptimConfig.schedule = 'constant'"]  # a cosine over 3 steps, then 6, would differ
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  def train(workdir, steps):
+    configurables.parse([os.path.join(root, "gin/recall/base.gin")],
+                        [*small, f"TrainConfig.steps = {steps}"])
+    return loop.run(configurables.resolve(), str(workdir), progress=False)
+  train(tmp_path / "a", 6)
+  train(tmp_path / "b", 3)
+  train(tmp_path / "b", 6)
+  assert [r for r in _rows(tmp_path / "b") if r["split"] == "valid"][-1] == [
+      r for r in _rows(tmp_path / "a") if r["split"] == "valid"][-1]
+  assert [r["tokens"] for r in _rows(tmp_path / "a") if r["split"] == "train"][0] == 2 * 4 * 2
+  result = evaluate.run(str(tmp_path / "a"), "test")
+  assert result["tokens"] == 10 * 2 and "baseline_accuracy" not in result
+  with np.load(tmp_path / "a" / "eval_test_sequences.npz") as f:
+    assert f["tokens"].tolist() == [2.0] * 10 and f["ids"].tolist() == list(range(10))

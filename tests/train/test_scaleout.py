@@ -259,8 +259,8 @@ print(json.dumps(out))
 
 def test_batches_split_over_processes_are_the_one_process_batch(data):
   cfg = pipeline.DataConfig(path=data, seq_len=32, batch_size=6)
-  one = pipeline.Batches(cfg, "valid", causal=True)
-  parts = [pipeline.Batches(cfg, "valid", causal=True, process_index=i, process_count=3)
+  one = pipeline.batches(cfg, "valid", causal=True)
+  parts = [pipeline.batches(cfg, "valid", causal=True, process_index=i, process_count=3)
            for i in range(3)]
   for step in (0, 7):
     whole = one.train_batch(step)
@@ -274,11 +274,11 @@ def test_batches_split_over_processes_are_the_one_process_batch(data):
     np.testing.assert_array_equal(np.concatenate([s[i]["ids"] for s in split]), batch["ids"])
   assert whole[-1]["ids"][-1] == -1 or len(one.source) % 6 == 0
   with pytest.raises(UserError, match="batch_size 6 is not divisible by the 4 processes"):
-    pipeline.Batches(cfg, "valid", causal=True, process_index=0, process_count=4)
+    pipeline.batches(cfg, "valid", causal=True, process_index=0, process_count=4)
 
 
 def test_prefetched_batches_are_the_batches_by_step(data):
-  batches = pipeline.Batches(pipeline.DataConfig(path=data, seq_len=32, batch_size=4), "train",
+  batches = pipeline.batches(pipeline.DataConfig(path=data, seq_len=32, batch_size=4), "train",
                              causal=True)
   got = list(batches.train_batches(5, 9, lambda b: {**b, "placed": True}))
   assert len(got) == 4 and all(b["placed"] for b in got)

@@ -1,0 +1,249 @@
+"""Multi-query associative recall (MQAR): a synthetic recall task, generated, never stored.
+
+Zoology's definition (Arora et al. 2023, arXiv 2312.04927, Sec. 3): an
+example of L tokens over a vocabulary of V starts with the context, kv
+distinct keys drawn from [1, V/2) each followed by its value, kv distinct
+values drawn from [V/2, V): k1 v1 k2 v2 ... Then come the queries: the
+(L - 2 kv) / 2 two-token slots after the context, of which kv are drawn
+without replacement with probability proportional to a i^(a-1) for slot i
+(a = power_a, Zoology's 0.01: queries cluster near the context); the j-th
+key of the context is written at the first token of the j-th drawn slot.
+The model reads the example and, at a query, must predict its key's value
+(the next-token target there); only the kv query positions are scored.
+Everything else is filler token 0 (Zoology's default, not its random-token
+option). Here 0 is also the padding id, so filler is masked out of
+attention as keys: it carries nothing (every filler token is the same) a
+model could recall.
+
+An example is a pure function of (seed, split, index): the training stream
+of a run is example step * B + row of its data seed (DataConfig.seed, the
+run's seed unless set), so a resumed run reads what an uninterrupted one
+would; valid and test are `eval_examples` examples each of the dataset's
+own seed, the same for every model. `performer prepare-mqar` writes the
+folder (a manifest of these options) that DataConfig.path names.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+
+import numpy as np
+
+from performer import __version__
+from performer.data import outdir, vocab
+from performer.data.stream import StepBatches
+from performer.errors import UserError
+from performer.flags import flag
+
+KIND = "mqar"
+SPLITS = ("train", "valid", "test")
+FILLER = 0
+_SPLIT_CODE = {"train": 0, "valid": 1, "test": 2}
+
+SUMMARY = "multi-query associative recall (Zoology's MQAR): a generated dataset's folder"
+DESCRIPTION = (
+    "Writes the folder of an MQAR task (manifest.json and stats.json: its options, the chance "
+    "accuracy, where queries fall) for DataConfig.path. Nothing is stored: every example is "
+    "generated from (seed, split, index) when read, train from the run's data seed, valid and "
+    "test (--eval-examples each) from --seed. performer/data/mqar.py gives the definition.")
+
+
+@dataclasses.dataclass(frozen=True)
+class MQARConfig:
+  """An MQAR task; every field is recorded in the manifest (defaults: Zoology's L = 64 setting).
+
+  Raises:
+    UserError (when built): a size that leaves no room for the keys,
+      values or query slots, or power_a outside (0, 1].
+  """
+  vocab_size: int = flag(8192, "V: keys come from [1, V/2), values from [V/2, V)")
+  seq_len: int = flag(64, "L: tokens per example (DataConfig.seq_len must equal it)")
+  num_kv: int = flag(4, "kv: key-value pairs, and queries, per example")
+  power_a: float = flag(0.01, "a: query slot i is drawn with probability proportional to "
+                              "a i^(a-1)")
+  eval_examples: int = flag(3000, "examples in valid and in test")
+  seed: int = flag(0, "seed of the valid and test examples")
+
+  def __post_init__(self):
+    for name in ("vocab_size", "seq_len", "num_kv", "eval_examples"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 1:
+        raise UserError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+    if self.vocab_size // 2 - 1 < self.num_kv:
+      raise UserError(f"--vocab-size {self.vocab_size} has fewer than --num-kv {self.num_kv} "
+                      "keys in [1, V/2)")
+    if self.slots < self.num_kv:
+      raise UserError(f"--seq-len {self.seq_len} leaves {self.slots} query slots after a context "
+                      f"of {2 * self.num_kv} tokens, fewer than --num-kv {self.num_kv}: it must "
+                      f"be >= {4 * self.num_kv}")
+    if not 0 < self.power_a <= 1:
+      raise UserError(f"--power-a must be in (0, 1], got {self.power_a!r}")
+    if self.seed < 0:
+      raise UserError(f"--seed must be >= 0, got {self.seed}")
+
+  @property
+  def slots(self):
+    """Two-token query slots after the context: (L - 2 kv) // 2."""
+    return (self.seq_len - 2 * self.num_kv) // 2
+
+  @property
+  def chance(self):
+    """Accuracy of guessing a value uniformly: 1 / (V - V/2)."""
+    return 1.0 / (self.vocab_size - self.vocab_size // 2)
+
+
+def ids(task):
+  """The vocab.Ids of `task`: size V, pad, eos and mask 0 (never a key or a value)."""
+  return vocab.Ids(size=task.vocab_size, pad=FILLER, eos=FILLER, mask=FILLER, first_regular=1)
+
+
+@functools.lru_cache(maxsize=16)
+def slot_probabilities(slots, power_a):
+  """p_i proportional to a i^(a-1), i = 1 .. slots: [slots] float64 summing to 1."""
+  i = np.arange(1, slots + 1, dtype=np.float64)
+  p = power_a * i ** (power_a - 1)
+  return p / p.sum()
+
+
+def example(task, seed, split, index):
+  """One example: (inputs [L] int32, targets [L] int32, positions [kv] int32).
+
+  targets is FILLER except at the query positions, where it is the value of
+  the key there; positions lists the query positions in the order of the
+  keys in the context.
+  """
+  rng = np.random.default_rng([seed, _SPLIT_CODE[split], index])
+  half, kv = task.vocab_size // 2, task.num_kv
+  keys = rng.choice(half - 1, kv, replace=False) + 1
+  values = rng.choice(task.vocab_size - half, kv, replace=False) + half
+  slots = rng.choice(task.slots, kv, replace=False, p=slot_probabilities(task.slots, task.power_a))
+  positions = (2 * kv + 2 * slots).astype(np.int32)
+  inputs = np.full(task.seq_len, FILLER, np.int32)
+  inputs[0:2 * kv:2], inputs[1:2 * kv:2] = keys, values
+  inputs[positions] = keys
+  targets = np.full(task.seq_len, FILLER, np.int32)
+  targets[positions] = values
+  return inputs, targets, positions
+
+
+def load(path):
+  """The MQARConfig of a prepared folder, or None when `path` holds another kind of dataset."""
+  with open(os.path.join(path, "manifest.json")) as f:
+    fingerprint = json.load(f)["fingerprint"]
+  if fingerprint.get("kind") != KIND:
+    return None
+  return MQARConfig(**{k: v for k, v in fingerprint.items() if k != "kind"})
+
+
+class Batches(StepBatches):
+  """pipeline.ShardBatches' interface for an MQAR folder: batches by step and fixed eval passes.
+
+  A batch is {inputs, targets [B / P, L] int32, ids [B / P] int64, positions
+  [B / P, kv] int32}; the training step and eval score the positions only
+  (train/steps.py, `scored`).
+
+  Raises:
+    UserError: a (B) model, a DataConfig.seq_len other than the task's L,
+      or an unknown split.
+  """
+
+  def __init__(self, cfg, split, *, causal, process_index=0, process_count=1):
+    self.task = load(cfg.path)
+    if not causal:
+      raise UserError(f"{cfg.path}: MQAR is next-token recall: train a (U) model "
+                      "(ModelConfig.causal = True)")
+    if cfg.seq_len != self.task.seq_len:
+      raise UserError(f"DataConfig.seq_len {cfg.seq_len} differs from the MQAR task's L = "
+                      f"{self.task.seq_len} ({cfg.path}/manifest.json)")
+    if split not in SPLITS:
+      raise UserError(f"{cfg.path}: no {split!r} split (it has {', '.join(SPLITS)})")
+    if cfg.batch_size % process_count:
+      raise UserError(f"DataConfig.batch_size {cfg.batch_size} is not divisible by the "
+                      f"{process_count} processes")
+    self.cfg, self.split = cfg, split
+    self.rows = cfg.batch_size // process_count
+    self.offset = process_index * self.rows
+    self.seed = (cfg.seed or 0) if split == "train" else self.task.seed
+    self.size = None if split == "train" else self.task.eval_examples
+
+  def _stack(self, ids):
+    """Examples `ids` stacked; id -1 (eval padding) is a blank row that weighs nothing."""
+    blank = (np.zeros(self.task.seq_len, np.int32),) * 2 + (np.zeros(self.task.num_kv, np.int32),)
+    rows = [example(self.task, self.seed, self.split, i) if i >= 0 else blank for i in ids]
+    inputs, targets, positions = (np.stack(x) for x in zip(*rows))
+    return {"inputs": inputs, "targets": targets, "ids": np.asarray(ids, np.int64),
+            "positions": positions}
+
+  def train_batch(self, step):
+    """This process's rows of batch `step`: examples step * B + offset + [0, B / P)."""
+    start = step * self.cfg.batch_size + self.offset
+    return self._stack(list(range(start, start + self.rows)))
+
+  def eval_batches(self):
+    """Every example of valid or test once, in order, in batches of B (this process's rows).
+
+    Every process yields ceil(examples / B) batches; rows past the end have id -1.
+    """
+    size = self.cfg.batch_size
+    total = self.size if self.size is not None else size  # train: one batch's worth
+    for first in range(0, total, size):
+      ids = range(first + self.offset, first + self.offset + self.rows)
+      yield self._stack([i if i < total else -1 for i in ids])
+
+
+def stats(task):
+  """What a reader of the folder needs: chance accuracy, context and where queries fall."""
+  p = slot_probabilities(task.slots, task.power_a)
+  first = 2 * task.num_kv
+  return {"kind": KIND, **dataclasses.asdict(task), "context_tokens": first,
+          "query_slots": task.slots, "scored_per_example": task.num_kv,
+          "chance_accuracy": task.chance,
+          "first_slot_probability": float(p[0]),
+          "slots_holding_half_the_probability": int(np.searchsorted(np.cumsum(p), 0.5) + 1)}
+
+
+def prepare(task, out, *, force=False):
+  """Writes the folder of `task` (manifest.json, stats.json); returns the stats dict.
+
+  Raises:
+    UserError: another run on `out`, or an unusable `out` (outdir.check).
+  """
+  fingerprint = {"kind": KIND, **dataclasses.asdict(task)}
+  with outdir.lock(out):
+    if outdir.check(out, [], lambda manifest: fingerprint, force):
+      print(f"{out} already holds this task; nothing to do")
+      return stats(task)
+    tmp = outdir.begin(out)
+    try:
+      manifest = {"format": "performer-generated-v1", "product": f"performer {__version__}",
+                  "fingerprint": fingerprint, "splits": list(SPLITS)}
+      for name, obj in (("stats.json", stats(task)), ("manifest.json", manifest)):
+        with open(os.path.join(tmp, name), "w") as f:
+          json.dump(obj, f, indent=1, sort_keys=True)
+          f.write("\n")
+    except BaseException:
+      outdir.abort(tmp)
+      raise
+    outdir.commit(tmp, out)
+  return stats(task)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  """What `performer prepare-mqar` takes beside MQARConfig."""
+  out: str = flag(help="output folder (DataConfig.path of the runs)")
+  force: bool = flag(False, "replace an --out holding another dataset")
+
+
+FLAGS = (MQARConfig, Command)
+
+
+def main(args):
+  """`performer prepare-mqar` on parsed flags (FLAGS): writes the folder, prints its stats."""
+  from performer import flags  # pylint: disable=import-outside-toplevel
+  task = flags.build(MQARConfig, args)
+  result = prepare(task, args.out, force=args.force)
+  print(f"{args.out}: MQAR, V {task.vocab_size}, L {task.seq_len}, kv {task.num_kv}, "
+        f"a {task.power_a}; {task.eval_examples} valid and test examples (seed {task.seed}); "
+        f"chance accuracy {result['chance_accuracy']:.2e}")

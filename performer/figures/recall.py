@@ -1,0 +1,292 @@
+"""Associative recall (MQAR): accuracy against the attention's state, and the paper's claims there.
+
+Reads the recall study's archived runs (performer/plans/recall.py; each
+records settings task, row, lr, seed). Per task (L, kv), two panels: test
+accuracy against the state one attention layer keeps (the axis of Based's
+Fig. 3: M x d_head for a feature map of M features, L x d_head for exact
+attention and the Reformer, whose caches grow with L), one marker per row,
+the FAVOR+ rows at each m joined; and accuracy against m for the FAVOR+
+rows, with the m-sized variants beside it. Markers are seed means, bars the
+range over seeds; the identity control is a dashed line. Beside the image,
+<stem>.md/.csv (and .json): every row's mean, range, seeds and its
+"unlucky" seeds (below half of the row's median: a random-feature draw or
+initialisation that never learned), then the claims with the verdict rule's
+verdicts (performer/verdicts.py).
+
+The claims (CLAIMS), declared before the runs, per task: FAVOR+ matches
+exact attention (at each m; the smallest m from which it holds is the
+answer to "from which m"); FAVOR+ without redrawing is worse than with;
+trig features are worse than positive ones; iid projections are worse than
+orthogonal ones; Performer-ReLU matches FAVOR+ (Table 2 puts them within
+0.8 pp in (U)). The variant rows are compared at the budget's m (the
+`num_features` of their row). Seeds are paired across rows (seed j of every
+row shares its initialisation stream, data order and first features), so
+the seed part of each interval is a paired t interval; the test set's part
+is the paired bootstrap. Margin delta: DELTA_FRACTION of what exact
+attention gains over the identity control of the task; gate: exact must
+beat the control by verdicts.GATE_FACTOR MDEs, else "not testable".
+"""
+
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+from performer import attention, verdicts  # pylint: disable=wrong-import-position
+from performer.atomic import atomic_path  # pylint: disable=wrong-import-position
+from performer.errors import UserError  # pylint: disable=wrong-import-position
+from performer.figures import claims as claims_lib  # pylint: disable=wrong-import-position
+from performer.figures import runs as runs_lib  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, save_figure  # pylint: disable=wrong-import-position
+from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
+
+# A twentieth of exact's gain over the control: the smallest gap in recall we would call a
+# different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
+DELTA_FRACTION = 0.05
+UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
+LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
+          "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
+          "smreg": "SMREG", "relu": "ReLU, random W", "relu_deterministic": "ReLU, deterministic",
+          "elu_plus_one": "elu+1 (linear)", "taylor": "Taylor (Based)", "reformer": "Reformer",
+          "identity": "identity (control)"}
+ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"),
+               Column("test accuracy % (mean)", "{:.2f}"), Column("min", "{:.2f}"),
+               Column("max", "{:.2f}"), Column("seeds"), Column("unlucky seeds"),
+               Column("learning rate", "{:g}"))
+CLAIM_COLUMNS = (Column("task"), Column("claim"), Column("paper"), Column("difference (pp)"),
+                 Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
+                 Column("seeds"), Column("verdict"), Column("why"))
+
+
+def label(row):
+  if row.startswith("favor_m"):
+    return f"FAVOR+ m={row.removeprefix('favor_m')}"
+  return LABELS.get(row, row)
+
+
+def _declared(rows, reference):
+  """[(id, text, kind, a, b)] for the rows present; `reference` is the m of the variant rows."""
+  favor = f"favor_m{reference}"
+  ms = sorted(int(r.removeprefix("favor_m")) for r in rows if r.startswith("favor_m"))
+  out = [(f"FAVOR+ m={m} matches exact", "FAVOR+ softmax attention matches exact attention "
+          "(Sec. 4, Fig. 6: 'nearly identical')", "matches", f"favor_m{m}", "exact") for m in ms]
+  out += [("no redraw worse than redraw", "without redrawing, training degrades (Sec. 4.2, "
+           "App. D.2)", "worse", "favor_no_redraw", favor),
+          ("trig worse than positive", "trigonometric features train unstably; positive ones "
+           "do not (Sec. 4.2, Fig. 5)", "worse", "trig", favor),
+          ("iid worse than orthogonal", "orthogonal features (ORF) lower the error, which "
+           "helps training (Sec. 3, Fig. 4)", "worse", "favor_iid", favor),
+          ("ReLU matches FAVOR+", "generalized ReLU attention is as good as softmax (Table 2)",
+           "matches", "relu", favor)]
+  return [c for c in out if c[3] in rows and c[4] in rows]
+
+
+def state_size(run):
+  """Floats one attention layer keeps per head and sequence: M x d_head (linear attention's
+  K'^T V) or L x d_head (a KV cache: exact, Reformer); 0 for identity."""
+  model = run.config["model"]
+  d = model["d_model"] // model["num_heads"]
+  if run.attention in ("exact", "reformer"):
+    return run.config["data"]["seq_len"] * d
+  if run.attention == "identity":
+    return 0
+  opts = attention.options(run.attention, model.get("attention_options"))
+  if run.attention == "linear" or opts.get("features") == "deterministic":
+    r = opts.get("feature_dim") or d  # Based's feature_dim: q and k mapped to r dimensions
+    features = 1 + r + r * r if opts.get("kernel") == "taylor" else r
+  else:
+    features = opts["num_features"] * (2 if opts["kernel"] in ("hyperbolic", "trig") else 1)
+  return features * d
+
+
+def _by_task(loaded):
+  """{task: {row: [runs by seed]}}.
+
+  Raises:
+    UserError: a run without the recall study's settings.
+  """
+  out = {}
+  for run in loaded:
+    task, row = run.settings.get("task"), run.settings.get("row")
+    if not task or not row:
+      raise UserError(f"{run.path}: not a recall run (its config.json records no task and row; "
+                      "runs of performer reproduce --only recall do)")
+    out.setdefault(task, {}).setdefault(row, []).append(run)
+  return {t: {r: sorted(g, key=lambda run: run.seed) for r, g in rows.items()}
+          for t, rows in sorted(out.items(), key=lambda kv: task_key(kv[0]))}
+
+
+def task_key(task):
+  length, kv = task.removeprefix("L").split("_kv")
+  return int(length), int(kv)
+
+
+def _accuracy(group):
+  return np.array([run.value("test", "accuracy") if run.value("test", "accuracy") is not None
+                   else np.nan for run in group])
+
+
+def _reference(rows):
+  """The m of the variant rows (their num_features), or None without them."""
+  for row in ("favor_no_redraw", "trig", "favor_iid", "relu"):
+    if row in rows:
+      return attention.options(rows[row][0].attention, rows[row][0].config["model"].get(
+          "attention_options"))["num_features"]
+  return None
+
+
+def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
+  """(verdicts, gate or None) of one task's declared claims."""
+  reps = {row: claims_lib.replicates(group) for row, group in rows.items()}
+  gate = None
+  if all(r in reps and reps[r][0] is not None for r in ("exact", "identity")):
+    gate = verdicts.gate("U", reps["exact"][0], reps["identity"][0], bootstrap=bootstrap)
+  delta = DELTA_FRACTION * gate.evidence.diff if gate and gate.evidence.diff > 0 else 1.0
+  declared = _declared(rows, _reference(rows))
+  claims, evidence, notes = [], {}, {}
+  for cid, text, kind, a, b in declared:
+    claims.append(verdicts.Claim(id=cid, text=text, kind=kind, a=a, b=b, metric="accuracy",
+                                 split="test", delta=delta, family=task,
+                                 delta_source=f"{DELTA_FRACTION:g} x exact's gain over identity",
+                                 direction="U" if gate else None))
+    (ra, why_a), (rb, why_b) = reps[a], reps[b]
+    seeds_a, seeds_b = [r.seed for r in rows[a]], [r.seed for r in rows[b]]
+    if ra is None or rb is None:
+      notes[cid] = why_a or why_b
+    elif {r.step for r in rows[a] + rows[b]} != {rows[a][0].step}:
+      notes[cid] = f"{label(a)} and {label(b)} were evaluated at different steps"
+    else:
+      evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap,
+                                        paired_seeds=seeds_a == seeds_b)
+  if gate is None:
+    notes = {c.id: "needs exact and identity runs with per-sequence test evals" for c in claims}
+  decided = verdicts.decide(claims, evidence, {"U": gate} if gate else {})
+  return [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
+                                                             notes[v.claim.id])
+          for v in decided], gate
+
+
+def render(run_dirs, out_path):
+  """Writes the figure to out_path and <stem>.md/.csv/.json beside it; returns the paths.
+
+  Raises:
+    UserError: an unwritable path, a run that is not a recall run, or any
+      runs.load_runs error.
+  """
+  check_figure_path(out_path)
+  tasks = _by_task(runs_lib.load_runs(run_dirs))
+  stem = os.path.splitext(out_path)[0]
+  row_cells, claim_cells, record = [], [], {"tasks": {}}
+  fig, axes = plt.subplots(len(tasks), 2, figsize=(13, 4.6 * len(tasks)), squeeze=False)
+  for (task, rows), (left, right) in zip(tasks.items(), axes):
+    means = {}
+    for row, group in rows.items():
+      acc = 100 * _accuracy(group)
+      finite = acc[np.isfinite(acc)]
+      mean = float(finite.mean()) if finite.size else None
+      means[row] = (mean, finite)
+      median = float(np.median(finite)) if finite.size else 0.0
+      unlucky = [run.seed for run, a in zip(group, acc) if not a >= UNLUCKY * median]
+      row_cells.append([task, label(row), state_size(group[0]), mean,
+                        float(finite.min()) if finite.size else None,
+                        float(finite.max()) if finite.size else None, len(group),
+                        ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr")])
+    _draw(left, right, task, rows, means)
+    decided, gate = decide(task, rows)
+    for v in decided:
+      cells = verdicts.row(v)
+      claim_cells.append([task, v.claim.id, v.claim.text, cells["difference (pp)"],
+                          cells["95% interval (pp)"], cells["MDE (pp)"],
+                          cells["delta (pp)"] if v.claim.direction else "", cells["seeds"],
+                          v.verdict, v.reason])
+    record["tasks"][task] = {
+        "gate": claims_lib._gate_record(gate) if gate else None,  # pylint: disable=protected-access
+        "rows": {row: {"mean": m, "accuracies": list(map(float, a))}
+                 for row, (m, a) in means.items()},
+        "claims": [{"id": v.claim.id, "verdict": v.verdict, "reason": v.reason,
+                    "difference": v.evidence.diff if v.evidence else None} for v in decided]}
+  fig.tight_layout()
+  save_figure(fig, out_path)
+  plt.close(fig)
+  notes = [_gate_note(t, r["gate"]) for t, r in record["tasks"].items()]
+  rows_md = write_table(stem + ".md", "Associative recall (MQAR): test accuracy per row",
+                        ROW_COLUMNS, row_cells, [
+                            "Accuracy over the query positions of the fixed test set, in %; "
+                            "min and max over seeds. Unlucky: seeds below "
+                            f"{UNLUCKY:g} x the row's median.", *notes])
+  claims_md = write_table(stem + "_claims.md", "Paper claims on associative recall, decided by "
+                          "the verdict rule", CLAIM_COLUMNS, claim_cells, [
+                              *notes, "Differences: mean test accuracy of the first row minus "
+                              "the second; seeds paired (a t interval over per-seed "
+                              "differences) plus a paired bootstrap over test examples. The "
+                              "rule: performer/verdicts.py; the claims: "
+                              "performer/figures/recall.py."])
+  with atomic_path(stem + ".json") as tmp, open(tmp, "w") as f:
+    json.dump(record, f, indent=1)
+  return (out_path, *rows_md, *claims_md, stem + ".json")
+
+
+def _gate_note(task, gate):
+  if gate is None:
+    return f"{task}: no gate (needs exact and identity runs)."
+  if gate["interval"] is None:
+    return f"{task}: gate undecided (needs >= 2 seeds of exact and identity)."
+  low, high = (100 * x for x in gate["interval"])
+  return (f"{task}: exact beats identity by {100 * gate['difference']:.2f} pp (95% {low:.2f} .. "
+          f"{high:.2f}, MDE {100 * gate['mde']:.2f}): gate {'passed' if gate['passed'] else 'failed'}.")
+
+
+def _draw(left, right, task, rows, means):
+  """Accuracy against state size (left) and against m (right) of one task."""
+  colours = {}
+  for i, row in enumerate(r for r in rows if not r.startswith("favor_m") and r != "identity"):
+    colours[row] = f"C{i % 10}"
+  favor = sorted((r for r in rows if r.startswith("favor_m")),
+                 key=lambda r: int(r.removeprefix("favor_m")))
+
+  def point(ax, x, row, **style):
+    mean, acc = means[row]
+    if mean is None:
+      return
+    ax.errorbar([x], [mean], yerr=[[mean - acc.min()], [acc.max() - mean]], capsize=3,
+                linestyle="none", **style)
+
+  for ax in (left, right):
+    if "identity" in means and means["identity"][0] is not None:
+      ax.axhline(means["identity"][0], color="grey", linestyle="--", linewidth=1,
+                 label=label("identity"))
+  if favor:
+    xs = [state_size(rows[r][0]) for r in favor]
+    ys = [means[r][0] for r in favor]
+    for ax, x in ((left, xs), (right, [int(r.removeprefix("favor_m")) for r in favor])):
+      ax.plot(x, ys, color="k", marker="o", label="FAVOR+ (positive, ORF, redrawn)")
+      for xi, r in zip(x, favor):
+        point(ax, xi, r, color="k")
+  for row, colour in colours.items():
+    point(left, state_size(rows[row][0]), row, color=colour, marker="s", label=label(row))
+    m = _num_features(rows[row][0])
+    if m is not None and row != "exact":
+      point(right, m, row, color=colour, marker="s", label=label(row))
+  left.set_xscale("log")
+  right.set_xscale("log", base=2)
+  left.set_xlabel("attention state per layer (floats: M x d_head, or L x d_head)")
+  right.set_xlabel("random features m")
+  for ax in (left, right):
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+  left.set_title(f"MQAR {task}: accuracy against state size")
+  right.set_title(f"MQAR {task}: random-feature rows against m")
+  left.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+  right.legend(fontsize=7, loc="lower right")
+
+
+def _num_features(run):
+  opts = attention.options(run.attention, run.config["model"].get("attention_options"))
+  if "num_features" not in opts or opts.get("features") == "deterministic":
+    return None
+  return opts["num_features"]

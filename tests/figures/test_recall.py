@@ -1,0 +1,118 @@
+"""figure recall and recall-lr on hand-written recall runs whose verdicts are known."""
+
+import json
+
+import numpy as np
+import pytest
+
+from performer import cli
+from performer.errors import UserError
+from performer.figures import recall, recall_lr
+
+N, KV = 400, 4  # test examples, queries per example
+ROWS = {"exact": ("exact", {}), "identity": ("identity", {}),
+        "favor_m16": ("performer_softmax", {"num_features": 16}),
+        "favor_m64": ("performer_softmax", {"num_features": 64}),
+        "favor_no_redraw": ("performer_softmax", {"num_features": 64, "redraw_every": 0}),
+        "trig": ("performer_softmax", {"num_features": 64, "kernel": "trig"}),
+        "taylor": ("performer_relu", {"kernel": "taylor", "features": "deterministic",
+                                      "feature_dim": 16})}
+
+
+def _run(root, row, seed, correct, *, lr=1e-3, stage="replicate", valid=None, step=100):
+  """A recall run folder: config, metrics and a test eval whose per-example sums are `correct`."""
+  attention, options = ROWS[row]
+  name = f"{row}_s{seed}" if stage == "replicate" else f"{row}_lr{lr:g}"
+  folder = root / name
+  folder.mkdir(parents=True)
+  settings = {"task": "L64_kv4", "row": row, "lr": lr, "seed": seed, "stage": stage}
+  (folder / "config.json").write_text(json.dumps({
+      "model": {"attention": attention, "causal": True, "attention_options": options,
+                "d_model": 64, "num_heads": 1, "num_layers": 2},
+      "data": {"seq_len": 64}, "train": {"seed": seed, "settings": settings}}))
+  (folder / "metrics.jsonl").write_text("")
+  if correct is not None:
+    np.savez(folder / "eval_test_sequences.npz", ids=np.arange(N), correct_sum=correct,
+             tokens=np.full(N, float(KV)), loss_sum=np.zeros(N))
+    (folder / "eval_test.json").write_text(json.dumps({
+        "accuracy": float(correct.sum() / (KV * N)), "perplexity": 2.0, "step": step, "split": "test",
+        "sequences_file": "eval_test_sequences.npz"}))
+  if valid is not None:
+    (folder / "eval_valid.json").write_text(json.dumps(valid))
+  return str(folder)
+
+
+def _correct(rng, p):
+  return rng.binomial(KV, p, N).astype(float)
+
+
+@pytest.fixture(name="study")
+def fixture_study(tmp_path):
+  rng = np.random.default_rng(0)
+  truth = {"exact": 0.97, "identity": 0.004, "favor_m16": 0.55, "favor_m64": 0.96,
+           "favor_no_redraw": 0.96, "trig": 0.30, "taylor": 0.9}
+  folders = []
+  for seed in range(5):
+    luck = rng.normal(0, 0.01)
+    for row, p in truth.items():
+      if row == "favor_no_redraw" and seed == 3:
+        p = 0.05  # an unlucky draw of W, never redrawn
+      folders.append(_run(tmp_path / "runs", row, seed, _correct(rng, np.clip(p + luck, 0, 1))))
+  return folders
+
+
+def test_claims_are_decided_by_the_rule_and_rows_summarised(study, tmp_path):
+  out = tmp_path / "out" / "recall.png"
+  written = recall.render(study, str(out))
+  assert out.stat().st_size > 20_000 and all(p for p in written)
+  record = json.loads((tmp_path / "out" / "recall.json").read_text())["tasks"]["L64_kv4"]
+  assert record["gate"]["passed"] and record["gate"]["difference"] == pytest.approx(0.966, abs=0.01)
+  verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
+  assert verdicts == {
+      "FAVOR+ m=16 matches exact": "contradicted",  # 42 pp below, delta = 4.8 pp
+      "FAVOR+ m=64 matches exact": "reproduced",  # 1 pp apart, well inside delta
+      "no redraw worse than redraw": "inconclusive",  # one unlucky seed of five: not shown
+      "trig worse than positive": "reproduced"}
+  rows = (tmp_path / "out" / "recall.md").read_text()
+  assert "| L64_kv4 | FAVOR+ no redraw | 4096 |" in rows  # m x d_head = 64 x 64
+  assert "| 3 |" in rows.split("FAVOR+ no redraw")[1].split("\n")[0]  # the unlucky seed
+  assert "| L64_kv4 | Taylor (Based) | 17472 |" in rows  # (1 + 16 + 16^2) x 64
+  assert "| L64_kv4 | exact softmax | 4096 |" in rows  # L x d_head
+  claims = (tmp_path / "out" / "recall_claims.md").read_text()
+  assert "gate passed" in claims and "TOST at +-4.8" in claims
+
+
+def test_an_identity_as_good_as_exact_makes_claims_not_testable(tmp_path):
+  rng = np.random.default_rng(1)
+  folders = [_run(tmp_path / "r", row, seed, _correct(rng, 0.3)) for seed in range(3)
+             for row in ("exact", "identity", "favor_m64")]
+  recall.render(folders, str(tmp_path / "o.png"))
+  record = json.loads((tmp_path / "o.json").read_text())["tasks"]["L64_kv4"]
+  assert not record["gate"]["passed"]
+  assert [c["verdict"] for c in record["claims"]] == ["not testable at this scale"]
+
+
+def test_learning_rates_are_chosen_on_valid_ties_to_the_smaller_and_never_diverged(tmp_path):
+  root = tmp_path / "tune"
+  folders = [
+      _run(root, "exact", 100, None, lr=1e-3, stage="tune", valid={"accuracy": 0.9}),
+      _run(root, "exact", 100, None, lr=1e-2, stage="tune", valid={"accuracy": 0.95}),
+      _run(root, "trig", 100, None, lr=1e-3, stage="tune", valid={"accuracy": 0.4}),
+      _run(root, "trig", 100, None, lr=1e-2, stage="tune", valid={"accuracy": 0.4}),
+      _run(root, "taylor", 100, None, lr=1e-3, stage="tune", valid={"accuracy": 0.2}),
+      _run(root, "taylor", 100, None, lr=1e-2, stage="tune",
+           valid={"accuracy": float("nan"), "diverged": True}),
+  ]
+  md, _, js = recall_lr.render(folders, str(tmp_path / "lr.md"))
+  chosen = json.loads(open(js).read())["chosen"]["L64_kv4"]
+  assert chosen == {"exact": 1e-2, "trig": 1e-3, "taylor": 1e-3}
+  assert "| L64_kv4 | exact softmax | 0.01 | 95.00 | yes |" in open(md).read()
+  (root / "exact_lr0.001" / "eval_valid.json").unlink()
+  with pytest.raises(UserError, match="no eval_valid.json"):
+    recall_lr.render(folders, str(tmp_path / "lr.md"))
+
+
+def test_runs_of_another_study_get_a_one_line_error(tmp_path, make_run, capsys):
+  folder = make_run("u_exact", "exact", causal=True, test=(0.1, 17.0))
+  assert cli.main(["figure", "recall", "--runs", folder, "--out", str(tmp_path / "r.png")]) == 2
+  assert "not a recall run" in capsys.readouterr().err
