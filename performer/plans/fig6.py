@@ -25,7 +25,6 @@ curves.
 """
 
 import json
-import os
 
 from performer import attention
 from performer.plans import job as job_lib
@@ -93,10 +92,10 @@ def jobs(ctx):
     evaluate, archive = ctx.evaluated(train, ("test", "ood"), study=STUDY)
     out += [train, evaluate, archive]
     archives[name] = (s, archive)
-  gate = [a for s, a in archives.values() if s["attention"] in GATE]
-  out.append(ctx.figure("fig6_gate", ("claims", "--runs", *(_run(a) for a in gate)), GATE_FILE,
-                        needs=[a.name for a in gate], study=STUDY))
-  runs = [_run(a) for _, a in archives.values()]
+  gate = [name for name, (s, _) in archives.items() if s["attention"] in GATE]
+  out.append(ctx.figure("fig6_gate", ("claims", "--runs", *map(ctx.archived, gate)), GATE_FILE,
+                        needs=[archives[n][1].name for n in gate], study=STUDY))
+  runs = list(map(ctx.archived, archives))
   needs = [a.name for _, a in archives.values()]
   out.append(ctx.figure("table1", ("table1", "--input", ctx.data), "table1.md", needs=("proteins",),
                         study=STUDY))
@@ -107,7 +106,3 @@ def jobs(ctx):
                           f"fig6_{metric}.png", needs=needs, study=STUDY))
   return out
 
-
-def _run(archive):
-  """The archived run folder an archive job writes."""
-  return os.path.dirname(archive.outputs[0])
