@@ -9,7 +9,7 @@ budget's m, FAVOR+ never redrawn, with iid projections, hyperbolic, trig and
 SMREG features; Performer-ReLU with random W and with deterministic
 features; elu+1 (linear attention); Based's Taylor map on q and k mapped
 to TAYLOR_DIM dimensions first, as Based does (on all 64, its 4,161
-features cost 14 s a step here); the Reformer; and identity attention, the
+features cost 13 s a step here); the Reformer; and identity attention, the
 chance control.
 
 The learning rate of each row is chosen, not tuned by eye: first one run per
