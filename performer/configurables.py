@@ -91,9 +91,16 @@ def settings(*, changed_only=False):
       values[name] = {k: v for k, v in values[name].items()
                       if k not in defaults or v != defaults[k]}
     model = parts["model"]
-    values["model"]["attention_options"] = attention.options(model.attention,
-                                                             model.attention_options)
+    given = model.attention_options or {}
+    values["model"]["attention_options"] = {
+        k: v for k, v in attention.options(model.attention, given).items()
+        if k in given or k not in LATER_OPTIONS or v != attention.info(model.attention).defaults[k]}
   return values
+
+
+# Backend options added after finished runs were fingerprinted: left out at their default, so
+# that those runs (and their archives) still match; any other default is fingerprinted resolved.
+LATER_OPTIONS = ("feature_dim",)
 
 
 # `include 'gin/...'` resolves from the repository root as well as the working folder.

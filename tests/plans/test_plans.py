@@ -132,6 +132,11 @@ def test_fingerprints_follow_the_resolved_config_not_the_spelling(mini):
   assert "dropout" not in values["model"] and values["train"]["steps"] == 1200
   assert values["model"]["attention_options"]["redraw_every"] == 1
   assert values["model"]["attention_options"]["num_features"] == 64
+  # an option added after runs were fingerprinted stays out at its default (their archives match)
+  assert "feature_dim" not in values["model"]["attention_options"]
+  configurables.parse(list(job.gin), [*job.bindings, "ModelConfig.attention_options = "
+                                      "{'num_features': 64, 'feature_dim': 8}"])
+  assert configurables.settings(changed_only=True)["model"]["attention_options"]["feature_dim"] == 8
 
 
 def test_the_later_seeds_of_a_direction_join_the_plan_once_its_gate_passed(mini):
