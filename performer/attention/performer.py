@@ -13,6 +13,17 @@ code: a new W for every training step (evaluation keeps the last one).
 Generalized kernels can also run without W (`features="deterministic"`,
 phi(x) = f(x) + kernel_epsilon), the released code's default for its
 generalized attention.
+
+The data-dependent kernels (FAVOR++ `gerf`, FAVOR# `derf` and `saderf`;
+favor/exponential.py) take their parameters from moments of the scaled
+queries and keys. Bidirectional attention uses the sequence's own real
+tokens. Causal attention must not (an output would depend on later tokens),
+so the layer keeps running averages of the moments of earlier training
+batches, per head, as `Statistics` state: each causal training call attends
+with the averages as they were before it and then adds its own batch
+(exponential moving average, decay `STATISTICS_DECAY`, bias-corrected,
+without gradients); evaluation and decoding (`model.eval()`) keep them fixed.
+They start at zero, where every data-dependent kernel is FAVOR+.
 """
 
 import jax
@@ -21,6 +32,12 @@ from flax import nnx
 
 from performer import favor
 from performer.attention.registry import RandomFeatures, register
+
+STATISTICS_DECAY = 0.99  # the running moments' decay per training step (BatchNorm's default)
+
+
+class Statistics(nnx.Variable):
+  """Running moments of a layer's queries and keys (not trained; checkpointed)."""
 
 
 class PerformerAttention(nnx.Module):
@@ -36,7 +53,7 @@ class PerformerAttention(nnx.Module):
 
   default_kernel, default_kernel_epsilon = "positive", 0.0  # for options given as None
 
-  def __init__(self, *, head_dim, layer=0, kernel=None, num_features=256,
+  def __init__(self, *, head_dim, num_heads=1, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1, seed=0,
                kernel_epsilon=None, chunk_size=None, features="random", feature_dim=None,
                rngs=None):
@@ -64,6 +81,13 @@ class PerformerAttention(nnx.Module):
     self.layer, self.seed, self.redraw_every = layer, seed, redraw_every
     # Deterministic features keep no W at all (orbax cannot checkpoint an empty placeholder).
     self.W = RandomFeatures(self.draw(0)) if features == "random" else None
+    self.use_running_average = False  # model.eval() sets it: running moments stay fixed
+    # Data-dependent kernels: decay-weighted sums of moments, and the sum of the weights.
+    zeros = lambda *shape: jnp.zeros((num_heads, *shape), jnp.float32)
+    self.moments = nnx.data({name: Statistics(value) for name, value in {
+        "q_mean": zeros(head_dim), "q_second": zeros(head_dim, head_dim),
+        "k_mean": zeros(head_dim), "k_second": zeros(head_dim, head_dim), "weight": zeros(),
+    }.items()}) if kernel in favor.DATA_DEPENDENT_KERNELS else None
 
   def draw(self, step):
     """W for training step `step` (an int or a traced integer)."""
@@ -80,25 +104,59 @@ class PerformerAttention(nnx.Module):
     """W, or None for deterministic features."""
     return None if self.W is None else self.W[...]
 
+  def statistics(self):
+    """(query, key) `favor.exponential.Moments` [H, ...] of the running averages (zero at first)."""
+    sums = {name: variable[...] for name, variable in self.moments.items()}
+    weight = jnp.maximum(sums["weight"], 1e-30)[:, None]  # [H, 1]
+    return tuple(favor.exponential.Moments(sums[f"{x}_mean"] / weight,
+                                           sums[f"{x}_second"] / weight[..., None])
+                 for x in ("q", "k"))
+
+  def _record(self, q, k, mask):
+    """Adds this batch's moments (all its real tokens, per head) to the running averages."""
+    scale = self.head_dim ** -0.25
+    flat = lambda x: x.reshape(1, -1, *x.shape[2:])  # one sequence of every token: [1, B L, H, d]
+    keep = None if mask is None else mask.reshape(1, -1)
+    batch = {"weight": 1.0}
+    for name, x in (("q", q), ("k", k)):
+      mean, second = favor.exponential.moments(flat(x) * scale, keep)
+      batch |= {f"{name}_mean": mean[0], f"{name}_second": second[0]}
+    for name, variable in self.moments.items():
+      variable[...] = STATISTICS_DECAY * variable[...] + (1.0 - STATISTICS_DECAY) * batch[name]
+
   def _qk(self, q, k):
     return (q, k) if self.qk_map is None else (self.qk_map(q), self.qk_map(k))
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
     q, k = self._qk(q, k)
-    return favor.favor_attention(q, k, v, self.matrix(), kernel=self.kernel, causal=causal,
-                                 mask=mask, chunk_size=self.chunk_size,
-                                 kernel_epsilon=self.kernel_epsilon)
+    statistics = self.statistics() if self.moments is not None and causal else None
+    out = favor.favor_attention(q, k, v, self.matrix(), kernel=self.kernel, causal=causal,
+                                mask=mask, chunk_size=self.chunk_size,
+                                kernel_epsilon=self.kernel_epsilon, statistics=statistics)
+    if statistics is not None and not self.use_running_average:
+      self._record(q, k, mask)  # after use: a batch never sees its own statistics
+    return out
+
+  def _params(self, batch):
+    """The (query, key) Sides of a data-dependent kernel for decoding, [B, H, ...]; else None."""
+    if self.moments is None:
+      return None
+    return tuple(jax.tree.map(lambda a: jnp.broadcast_to(a, (batch, *a.shape)), side)
+                 for side in favor.exponential.parameters(self.kernel, *self.statistics()))
 
   def decode_init(self, batch, num_heads, dv):
     """Empty causal prefix state for `decode_step` (see favor.causal_decode_init)."""
-    m = favor.feature_map(jnp.zeros((1, self.head_dim)), self.matrix(), self.kernel).shape[-1]
+    params = None if self.moments is None else favor.exponential.identity(self.head_dim)
+    m = favor.feature_map(jnp.zeros((1, self.head_dim)), self.matrix(), self.kernel,
+                          params=params).shape[-1]
     return favor.causal_decode_init(batch, num_heads, m, dv)
 
   def decode_step(self, cache, q, k, v):
     """One token ([B, H, d] each): O(m d) work, the carried K'^T V and K'^T 1 state."""
     q, k = self._qk(q, k)
     return favor.causal_decode_step(cache, q, k, v, self.matrix(), kernel=self.kernel,
-                                    kernel_epsilon=self.kernel_epsilon)
+                                    kernel_epsilon=self.kernel_epsilon,
+                                    params=self._params(q.shape[0]))
 
 
 @register("performer_softmax", label="Performer-softmax")
@@ -116,3 +174,16 @@ class PerformerReLU(PerformerAttention):
 
   default_kernel, default_kernel_epsilon = "relu", 1e-3
 
+
+@register("performer_favorpp", label="Performer-FAVOR++")
+class PerformerFavorPP(PerformerAttention):
+  """FAVOR++: GERF features with the variance-minimising A* (arXiv 2205.15317)."""
+
+  default_kernel = "gerf"
+
+
+@register("performer_favorsharp", label="Performer-FAVOR#")
+class PerformerFavorSharp(PerformerAttention):
+  """FAVOR#: SADERF features, GERF after a per-coordinate rescaling Psi (arXiv 2302.00787)."""
+
+  default_kernel = "saderf"

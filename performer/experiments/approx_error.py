@@ -10,6 +10,15 @@ variant (kernel, projection kind, scaling) and every m, a fresh W is drawn per
 sample; the MSE of one sample is the mean over all L x d outputs of
 (FAVOR - exact)^2. Rows report its mean, standard deviation and median over
 the samples (the error is heavy-tailed across draws).
+
+Kernels: the paper's (positive, hyperbolic, trig) and the data-dependent
+estimators published after it (gerf: FAVOR++; derf, saderf: FAVOR#), which
+take their parameters from the sample's own queries and keys (bidirectional
+attention). Anisotropic inputs (`anisotropy` r > 1), where the dense and
+asymmetric forms should matter: coordinate l of the queries has standard
+deviation proportional to r^(l / (d - 1) - 1/2), of the keys the reverse
+order, rescaled so that E|x|^2 stays s^2, and both are turned by one random
+rotation per sample, so the directions of spread are not the axes.
 """
 
 import dataclasses
@@ -26,7 +35,7 @@ from performer.errors import UserError
 from performer.experiments.results import Result
 from performer.flags import flag
 
-# (kernel, projection kind, scaling): the paper's curves, then H-/G-ORF.
+# (kernel, projection kind, scaling): the paper's curves, H-/G-ORF, then what came after it.
 DEFAULT_VARIANTS = (
     ("positive", "orthogonal", "chi"),
     ("positive", "iid", "chi"),
@@ -37,14 +46,21 @@ DEFAULT_VARIANTS = (
     ("positive", "orthogonal", "sqrt_d"),  # SMREG
     ("positive", "hadamard", "chi"),
     ("positive", "givens", "chi"),
+    ("positive", "simplex", "chi"),
+    ("gerf", "orthogonal", "chi"),
+    ("derf", "orthogonal", "chi"),
+    ("saderf", "orthogonal", "chi"),
 )
+ESTIMATOR_KERNELS = favor.SOFTMAX_KERNELS + favor.DATA_DEPENDENT_KERNELS
 
 
 NAME = "approx_error"
 SUMMARY = "MSE of FAVOR attention against exact softmax (Fig. 4)"
 DESCRIPTION = ("Sweeps the number of random features m for each kernel/projection variant and "
                "input scale, and writes MSE statistics over samples to a JSON file. q, k entries "
-               "~ N(0, s^2/sqrt(d)) for input scale s, v ~ N(0, 1).")
+               "~ N(0, s^2/sqrt(d)) for input scale s (--anisotropy: spread unevenly over "
+               "directions), v ~ N(0, 1). Kernels: the paper's positive, hyperbolic and trig, and "
+               "the later data-dependent estimators gerf (FAVOR++), derf and saderf (FAVOR#).")
 OUT = "runs/approx_error.json"  # the committed one is results/approx_error.json
 FIGURE = "mse-vs-m"
 
@@ -74,6 +90,9 @@ class ApproxErrorConfig:
   dim: int = flag(16, "head dimension d")
   features: tuple[int, ...] = flag((16, 32, 64, 128, 256), "comma-separated values of m")
   samples: int = flag(15, "random draws per point")
+  anisotropy: float = flag(1.0, "ratio r of the largest to the smallest per-coordinate standard "
+                           "deviation of q and k (keys in reverse order, both under a random "
+                           "rotation); 1: isotropic, as Fig. 4")
   seed: int = flag(0, "PRNG seed")
   input_scales: tuple[float, ...] = flag(
       (0.5, 1.0, 1.5, 2.0), "comma-separated input scales s; one figure row each",
@@ -81,7 +100,8 @@ class ApproxErrorConfig:
   variants: tuple[tuple[str, str, str], ...] | None = flag(
       None, "comma-separated kernel/projection/scaling triples, e.g. "
       "positive/orthogonal/chi,trig/iid/chi", parse=parse_variants,
-      shown="the paper's curves, hyperbolic, SMREG, H-ORF and G-ORF")
+      shown="the paper's curves, hyperbolic, SMREG, H-ORF, G-ORF, simplex, FAVOR++ (gerf) and "
+      "FAVOR# (derf, saderf)")
 
   def __post_init__(self):
     # Messages name the `performer approx-error` flag of each field.
@@ -94,12 +114,15 @@ class ApproxErrorConfig:
     if not self.features or min(self.features) < 1:
       raise UserError(f"--features must be counts m >= 1, got "
                       f"{','.join(map(str, self.features)) or 'nothing'}")
+    if not (math.isfinite(self.anisotropy) and self.anisotropy >= 1):
+      raise UserError(f"--anisotropy must be a finite ratio >= 1, got {self.anisotropy:g}")
     if not self.input_scales or not all(math.isfinite(s) and s > 0 for s in self.input_scales):
       raise UserError(f"--input-scale values must be finite and > 0, got "
                       f"{','.join(f'{s:g}' for s in self.input_scales)}")
     if self.variants is None:
       object.__setattr__(self, "variants", tuple(
-          v for v in DEFAULT_VARIANTS if v[1] != "hadamard" or not self.dim & (self.dim - 1)))
+          v for v in DEFAULT_VARIANTS if (v[1] != "hadamard" or not self.dim & (self.dim - 1))
+          and (v[1] != "simplex" or self.dim > 1)))
     if not self.variants:
       raise UserError("--variants: no variants given")
     # Input draws are keyed by the scale in thousandths (see _inputs).
@@ -110,9 +133,9 @@ class ApproxErrorConfig:
       if len(set(values)) != len(values):
         raise UserError(f"{name} values must not repeat{hint}")
     for kernel, kind, scaling in self.variants:
-      if kernel not in favor.SOFTMAX_KERNELS:
+      if kernel not in ESTIMATOR_KERNELS:
         raise UserError(f"--variants: kernel {kernel!r} is not a softmax kernel; "
-                        f"choose from {', '.join(favor.SOFTMAX_KERNELS)}")
+                        f"choose from {', '.join(ESTIMATOR_KERNELS)}")
       if kind not in favor.KINDS:
         raise UserError(f"--variants {kernel}/{kind}/{scaling}: unknown projection {kind!r}; "
                         f"choose from {', '.join(favor.KINDS)}")
@@ -121,6 +144,8 @@ class ApproxErrorConfig:
                         f"choose from {', '.join(favor.SCALINGS)}")
       if kind == "hadamard" and self.dim & (self.dim - 1):
         raise UserError(f"hadamard projections need --dim a power of two, got {self.dim}")
+      if kind == "simplex" and self.dim < 2:
+        raise UserError(f"simplex projections need --dim >= 2, got {self.dim}")
 
 
 CONFIG = ApproxErrorConfig
@@ -144,8 +169,15 @@ def _inputs(cfg, scale, sample):
   kq, kk, kv = jax.random.split(key, 3)
   shape = (1, cfg.seq_len, 1, cfg.dim)
   std = scale * cfg.dim ** -0.25
-  return (std * jax.random.normal(kq, shape), std * jax.random.normal(kk, shape),
-          jax.random.normal(kv, shape))
+  q, k, v = (std * jax.random.normal(kq, shape), std * jax.random.normal(kk, shape),
+             jax.random.normal(kv, shape))
+  if cfg.anisotropy == 1.0:
+    return q, k, v
+  spread = cfg.anisotropy ** (jnp.linspace(0.0, 1.0, cfg.dim) - 0.5)
+  spread = spread / jnp.sqrt(jnp.mean(spread ** 2))  # E|x|^2 unchanged
+  rotation = favor.projection(jax.random.fold_in(key, 1), cfg.dim, cfg.dim, "orthogonal", "sqrt_d")
+  rotation = rotation / jnp.sqrt(cfg.dim)  # rows of norm 1: an orthogonal matrix
+  return q * spread @ rotation, k * spread[::-1] @ rotation, v
 
 
 def projection_for(cfg, variant, m, sample):
@@ -209,6 +241,7 @@ def run(cfg, *, progress=True):
         "mse_median": float(np.median(mses)), "mse_min": float(np.min(mses)),
         "mse_max": float(np.max(mses)), "samples": len(mses),
         "L": cfg.seq_len, "d": cfg.dim, "seed": cfg.seed, "input_scale": scale,
+        "anisotropy": cfg.anisotropy,
         "query_norm_mean": float(stats[:, 0].mean()), "key_norm_mean": float(stats[:, 1].mean()),
         "logit_std": float(stats[:, 2].mean()),
     })

@@ -4,9 +4,8 @@ FAVOR never forms its attention matrix; it is implicit in Eq. (4):
 A_ij = q'_i . k'_j / D_i with D_i = sum_j q'_i . k'_j, for the features
 q' = phi(q d^(-1/4)), k' = phi(k d^(-1/4)) of `favor.feature_parts`. The
 paper reads it off by attending to one-hot values; here it is formed
-directly, with the same per-feature reference and per-query normaliser as
-favor/attention.py (both cancel exactly), so that A @ v equals the
-backend's output. Beside it, `softmax_matrix` gives exact softmax attention
+directly by `favor.attention_matrix`, so that A @ v equals the backend's
+output. Beside it, `favor.softmax_matrix` gives exact softmax attention
 softmax(q k^T / sqrt(d)) of the same q and k: the matrix FAVOR+ estimates
 (for ReLU-kernel Performers a comparison only, as they estimate no softmax).
 
@@ -32,9 +31,6 @@ from performer.flags import flag
 
 FIRST_THAT_FITS = "first-that-fits"  # --accession: the first record the run's L holds
 MAX_DEFAULT_LAYERS = 4  # Fig. 10 shows the first 4 layers
-# A per-feature reference below any real log, for a key set with no real key
-# (favor.attention's _NO_KEY: finite, so differences of two are 0, not NaN).
-_NO_KEY = -1e30
 
 
 NAME = "attention_maps"
@@ -147,115 +143,6 @@ def model_input(residues, seq_len, causal):
   return seq[:seq_len]
 
 
-def softmax_matrix(q, k, *, mask=None, causal=False):
-  """Exact softmax attention weights softmax(q k^T / sqrt(d)), Eq. (1)-(2).
-
-  Args:
-    q: [B, Lq, H, d]; k: [B, Lk, H, d]; any float dtype (computed in float32).
-    mask: [B, Lk] bool key mask (True = real token) or None.
-    causal: query i sees keys j <= i.
-
-  Returns:
-    [B, H, Lq, Lk] float32, rows summing to 1; A @ v is
-    favor.softmax_attention(q, k, v, mask=mask, causal=causal).
-  """
-  d = q.shape[-1]
-  logits = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32),
-                      k.astype(jnp.float32)) / jnp.sqrt(jnp.float32(d))
-  allowed = _allowed(q.shape[1], k.shape[1], causal)
-  if mask is not None:
-    allowed = allowed & mask[:, None, None, :]
-  return jax.nn.softmax(jnp.where(allowed, logits, jnp.finfo(jnp.float32).min), axis=-1)
-
-
-def favor_matrix(q, k, W, *, kernel="positive", kernel_epsilon=0.0, mask=None, causal=False,
-                 scale=None):
-  """The attention matrix implicit in FAVOR, Eq. (4): rows of Q' K'^T divided by D.
-
-  Built as favor.favor_attention builds its estimator: features of
-  q d^(-1/4) and k d^(-1/4) (`favor.feature_parts`, with `kernel_epsilon`
-  for generalized kernels), each key's logs less a per-feature reference c_f
-  (the maximum over real keys; for causal attention over keys <= i, row by
-  row), each query's logs plus c_f less their maximum. Both shifts cancel
-  in A, so A is the unstabilized estimator's, computed without overflow.
-
-  Args:
-    q: [B, Lq, H, d]; k: [B, Lk, H, d]; any float dtype.
-    W: [m, d] projection (a Performer layer's `attn.W[...]`), or None for a
-      generalized kernel without one.
-    kernel, kernel_epsilon, scale: as in `favor.favor_attention`.
-    mask: [B, Lk] bool key mask or None; masked keys get weight 0.
-    causal: unidirectional (needs Lq == Lk); query i sees keys j <= i.
-
-  Returns:
-    [B, H, Lq, Lk] float32 with A @ v equal to favor_attention(q, k, v, W,
-    ...) up to rounding. Rows sum to 1, except a row whose D is exactly 0
-    (e.g. all-zero ReLU features), which is 0, as the backend's output is.
-    Kernels with signed features (trig, identity, ...) may give negative weights.
-
-  Raises:
-    ValueError: unknown kernel, bad W (from `favor.feature_parts`), or
-      causal with Lq != Lk.
-  """
-  if causal and q.shape[1] != k.shape[1]:
-    raise ValueError(f"causal attention needs Lq == Lk, got {q.shape[1]} and {k.shape[1]}")
-  scale = q.shape[-1] ** -0.25 if scale is None else scale
-  featurize = lambda x: favor.feature_parts(  # [B, L, H, d] -> features [B, H, L, M]
-      jnp.swapaxes(x, 1, 2).astype(jnp.float32) * scale, W, kernel, kernel_epsilon=kernel_epsilon)
-  qf, kf = featurize(q), featurize(k)
-  keep = (jnp.ones(k.shape[:2], bool) if mask is None else mask)[:, None, :, None]  # [B, 1, Lk, 1]
-  allowed = _allowed(q.shape[1], k.shape[1], causal)  # [Lq, Lk]
-  if kf.log is None:  # bounded generalized features: no stabilization needed
-    scores = jnp.einsum("bhim,bhjm->bhij", qf.value, jnp.where(keep, kf.value, 0.0))
-  else:
-    k_log = jnp.where(keep, kf.log, -jnp.inf)  # [B, H, Lk, M or 1]
-    if causal:
-      scores = _causal_scores(qf, kf.value, k_log)
-    else:
-      c = jnp.maximum(jnp.max(k_log, axis=2, keepdims=True), _NO_KEY)  # [B, H, 1, M or 1]
-      scores = jnp.einsum("bhim,bhjm->bhij", _query_prime(qf, c),
-                          _times(kf.value, jnp.exp(k_log - c)))
-  scores = jnp.where(allowed, scores, 0.0)  # [B, H, Lq, Lk]
-  den = jnp.sum(scores, axis=-1, keepdims=True)
-  return jnp.where(den == 0.0, 0.0, scores / jnp.where(den == 0.0, 1.0, den))
-
-
-def _causal_scores(qf, k_value, k_log):
-  """q'_i . k'_j for j <= i against row i's own reference (keys <= i): [B, H, L, L].
-
-  One row at a time (lax.map), so only [B, H, L, M] exists at once.
-  """
-  length = k_log.shape[2]
-  c_all = jnp.maximum(jax.lax.cummax(k_log, axis=2), _NO_KEY)  # [B, H, L, M or 1]
-
-  def row(xs):
-    i, c, q_log, q_value = xs  # [], [B, H, M or 1], [B, H, M or 1], [B, H, M] or None
-    c = c[:, :, None]  # [B, H, 1, M or 1]
-    seen = (jnp.arange(length) <= i)[None, None, :, None]
-    k_prime = _times(k_value, jnp.exp(jnp.where(seen, k_log, -jnp.inf) - c))  # [B, H, L, M]
-    q_i = favor.Features(None if q_value is None else q_value[:, :, None], q_log[:, :, None])
-    return jnp.einsum("bhim,bhjm->bhij", _query_prime(q_i, c), k_prime)[:, :, 0]  # [B, H, L]
-
-  rows = lambda x: None if x is None else jnp.moveaxis(x, 2, 0)  # [B, H, L, e] -> [L, B, H, e]
-  xs = (jnp.arange(length), rows(c_all), rows(qf.log), rows(qf.value))
-  return jnp.moveaxis(jax.lax.map(row, xs), 0, 2)
-
-
-def _query_prime(qf, c):
-  """Query features against reference c, normalised by each query's largest term (<= 1)."""
-  q_log = qf.log + c
-  return _times(qf.value, jnp.exp(q_log - jnp.max(q_log, axis=-1, keepdims=True)))
-
-
-def _times(value, factor):
-  return factor if value is None else value * factor
-
-
-def _allowed(lq, lk, causal):
-  ones = jnp.ones((lq, lk), bool)
-  return jnp.tril(ones) if causal else ones
-
-
 def is_performer(block):
   """Whether a block's attention is FAVOR (a Performer layer with its own W)."""
   return isinstance(block.attn, PerformerAttention)
@@ -289,10 +176,10 @@ def layer_matrices(model, tokens, mask, layers):
   for l in layers:
     block = model.blocks[l]
     q, k, v = block.heads(states[l])
-    result["exact"].append(softmax_matrix(q, k, mask=mask, causal=causal))
+    result["exact"].append(favor.softmax_matrix(q, k, mask=mask, causal=causal))
     if performer:
       att = block.attn
-      result["favor"].append(favor_matrix(q, k, att.W[...], kernel=att.kernel,
+      result["favor"].append(favor.attention_matrix(q, k, att.W[...], kernel=att.kernel,
                                           kernel_epsilon=att.kernel_epsilon, mask=mask,
                                           causal=causal))
     result["v"].append(v)

@@ -30,8 +30,7 @@ from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
 from performer.flags import flag, split
 from performer.models.config import DTYPES
 
-ATTENTIONS = ("exact", "performer_softmax", "performer_relu", "identity")
-LAYER_ATTENTIONS = ATTENTIONS + (SCAN,)
+ATTENTIONS = ("exact", "performer_softmax", "performer_relu", "identity")  # the default: Fig. 3's
 DIRECTIONS = ("bidirectional", "causal")
 MODES = ("fwd", "fwdbwd")
 SWEEP = tuple(2 ** p for p in range(9, 21))  # 512 ... 2^20, until OOM or the time cap
@@ -73,7 +72,8 @@ class SpeedConfig:
       ("regular",), "regular = (heads, layers, d_ff, d) (8, 6, 2048, 512), small = (1, 6, 64, 64) "
       "where attention dominates; comma-separated", name="--config")
   attentions: tuple[str, ...] = flag(
-      ATTENTIONS, "comma-separated backends (identity is the paper's OPT bound); with "
+      ATTENTIONS, "comma-separated registered backends, e.g. performer_favorpp (identity is the "
+      "paper's OPT bound); with "
       f"--layer-only also {SCAN}, causal FAVOR+ by a per-token lax.scan (the reference path)",
       name="--attention")
   directions: tuple[str, ...] = flag(DIRECTIONS, "bidirectional (B) and/or causal (U)",
@@ -106,8 +106,8 @@ class SpeedConfig:
 
   def __post_init__(self):
     for name, given, known in (("config", self.configs, tuple(CONFIGS)),
-                               ("attention", self.attentions,
-                                LAYER_ATTENTIONS if self.layer or self.targets else ATTENTIONS),
+                               ("attention", self.attentions, tuple(backends.names())
+                                + ((SCAN,) if self.layer or self.targets else ())),
                                ("direction", self.directions, DIRECTIONS),
                                ("mode", self.modes, MODES)):
       if not given:

@@ -171,21 +171,24 @@ def _layer(spec):
              for key in keys)
   if spec["attention"] == SCAN:
     W = favor.projection(jax.random.key(0), NUM_FEATURES, head_dim, "orthogonal", "chi")
-
-    def attend(q, k, v):
-      scale = head_dim ** -0.25
-      return favor.causal_linear_attention_scan(favor.feature_map(q * scale, W),
-                                                favor.feature_map(k * scale, W), v)
+    scale = head_dim ** -0.25
+    attend = lambda W, q, k, v: favor.causal_linear_attention_scan(
+        favor.feature_map(q * scale, W), favor.feature_map(k * scale, W), v)
+    graphdef, state = None, W
   else:
-    layer = attention.make(spec["attention"], num_heads=heads, head_dim=head_dim,
-                           max_len=length, rngs=nnx.Rngs(0), **_options(spec))
+    graphdef, state = nnx.split(attention.make(
+        spec["attention"], num_heads=heads, head_dim=head_dim, max_len=length, rngs=nnx.Rngs(0),
+        **_options(spec)))
+    attend = lambda layer, q, k, v: layer(q, k, v, causal=causal)
 
-    def attend(q, k, v):
-      return layer(q, k, v, causal=causal)
-
+  # The layer's state is an argument and nnx's transform carries its updates (running moments),
+  # as in a training step.
+  build = lambda state: state if graphdef is None else nnx.merge(graphdef, state)
   if spec["mode"] == "fwd":
-    return attend, (q, k, v)
-  return jax.value_and_grad(lambda q, k, v: jnp.sum(attend(q, k, v) ** 2), argnums=(0, 1, 2)), (q, k, v)
+    return lambda q, k, v, state: attend(build(state), q, k, v), (q, k, v, state)
+  loss = lambda layer, q, k, v: jnp.sum(attend(layer, q, k, v) ** 2)
+  grad = nnx.value_and_grad(loss, argnums=(1, 2, 3))
+  return lambda q, k, v, state: grad(build(state), q, k, v), (q, k, v, state)
 
 
 def _options(spec):

@@ -14,6 +14,11 @@ attention's normaliser D can come near 0 or change sign with them.
 phi(x).phi(y) = 1 + x.y + (x.y)^2 / 2, the second-order Taylor expansion of
 exp(x.y); on attention's scaled inputs x = q d^(-1/4) that is Based's
 1 + q.k / sqrt(d) + (q.k)^2 / (2d). It has no random form and no epsilon.
+`gerf`, `derf` and `saderf` are positive estimators of SM(x, y) published
+after the paper (FAVOR++, FAVOR#) whose parameters come from statistics of
+the queries and keys: exponential.py derives them; here they share one form,
+phi(x) = prod_l (1 - 4 A_l)^(1/4) exp(sum_l (A_l w_l^2 + sqrt(1 - 4 A_l) w_l z_l)
+- |z|^2 / 2) / sqrt(m) with z = x T, which is `positive` at A = 0, T = I.
 
 Every map is returned in a split form, phi(x) = value * exp(log), so that
 attention can subtract maxima from `log` before exponentiating without ever
@@ -26,7 +31,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-SOFTMAX_KERNELS = ("positive", "hyperbolic", "trig")
+SOFTMAX_KERNELS = ("positive", "hyperbolic", "trig")  # the paper's (Lemma 1, Sec. 2.3)
+DATA_DEPENDENT_KERNELS = ("gerf", "derf", "saderf")  # parameters from q and k (exponential.py)
 GENERALIZED_KERNELS = ("relu", "elu_plus_one", "exp", "identity", "sigmoid", "abs", "gelu",
                        "tanh", "taylor")
 DETERMINISTIC_ONLY = ("taylor",)  # maps of x itself, never of W x
@@ -40,7 +46,9 @@ _BOUNDED = {
     "gelu": jax.nn.gelu,  # approximate=True, the tanh form (JAX's default)
     "tanh": jnp.tanh,
 }
-KERNELS = SOFTMAX_KERNELS + GENERALIZED_KERNELS
+KERNELS = SOFTMAX_KERNELS + DATA_DEPENDENT_KERNELS + GENERALIZED_KERNELS
+# Kernels whose features have logs, and so a norm limit (numerics.MAX_NORM).
+EXPONENTIAL_KERNELS = SOFTMAX_KERNELS + DATA_DEPENDENT_KERNELS + ("exp",)
 
 
 class Features(NamedTuple):
@@ -55,11 +63,13 @@ class Features(NamedTuple):
   log: jax.Array | None
 
 
-def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
+def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0, params=None):
   """phi(x) in split form (see `Features`); no scaling is applied to x.
 
   Args:
-    x: [..., d] queries or keys, any float dtype (computed in float32).
+    x: [..., d] queries or keys, any float dtype (computed in float32); for
+      a data-dependent kernel [..., n, d], n tokens sharing one set of
+      parameters.
     W: [m, d] projection from `projection`, or None for a deterministic
       generalized kernel (phi(x) = f(x)); always None for `taylor`.
     kernel: one of `KERNELS`.
@@ -72,10 +82,14 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
 
   Raises:
     ValueError: unknown kernel; W missing for a softmax kernel, or given for
-      `taylor`; W not [m, d].
+      `taylor`; W not [m, d]; params missing for a data-dependent kernel or
+      given for another.
   """
   if kernel not in KERNELS:
     raise ValueError(f"unknown kernel {kernel!r}; choose from {KERNELS}")
+  if (params is None) == (kernel in DATA_DEPENDENT_KERNELS):
+    raise ValueError(f"kernel {kernel!r} " + ("needs parameters from favor.exponential"
+                                              if params is None else "takes no parameters"))
   x = x.astype(jnp.float32)
   if kernel in DETERMINISTIC_ONLY:
     if W is not None:
@@ -83,7 +97,7 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
     outer = (x[..., :, None] * x[..., None, :]).reshape(*x.shape[:-1], -1) / math.sqrt(2)
     return Features(jnp.concatenate([jnp.ones_like(x[..., :1]), x, outer], axis=-1), None)
   if W is None:
-    if kernel in SOFTMAX_KERNELS:
+    if kernel in SOFTMAX_KERNELS + DATA_DEPENDENT_KERNELS:
       raise ValueError(f"kernel {kernel!r} needs a projection matrix W")
     wx, log_norm = x, 0.0
   else:
@@ -92,6 +106,8 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
     wx = jnp.einsum("...d,md->...m", x, W.astype(jnp.float32))  # [..., m]
     log_norm = -0.5 * math.log(W.shape[0])  # the 1/sqrt(m) of every map
 
+  if params is not None:
+    return _exponential(x, W, params, log_norm)
   half_sq_norm = 0.5 * jnp.sum(x * x, axis=-1, keepdims=True)  # [..., 1]
   if kernel == "positive":  # exp(w.x - |x|^2/2) / sqrt(m)
     return Features(None, wx - half_sq_norm + log_norm)
@@ -106,13 +122,23 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0):
   return Features(math.exp(log_norm) * _BOUNDED[kernel](wx) + kernel_epsilon, None)
 
 
-def feature_map(x, W, kernel="positive", *, kernel_epsilon=0.0):
+def _exponential(x, W, params, log_norm):
+  """The data-dependent kernels' features (module docstring): x [..., n, d] -> logs [..., n, m]."""
+  z = x @ params.transform  # [..., n, d]
+  A = params.A[..., None, :]  # [..., 1, d]
+  wz = jnp.einsum("...d,md->...m", z * jnp.sqrt(1.0 - 4.0 * A), W.astype(jnp.float32))
+  offset = (jnp.einsum("md,...d->...m", jnp.square(W.astype(jnp.float32)), A)  # sum_l A_l w_l^2
+            + 0.25 * jnp.sum(jnp.log1p(-4.0 * A), axis=-1, keepdims=True))
+  return Features(None, wz + offset - 0.5 * jnp.sum(z * z, axis=-1, keepdims=True) + log_norm)
+
+
+def feature_map(x, W, kernel="positive", *, kernel_epsilon=0.0, params=None):
   """phi(x) as an explicit array: [..., d] -> [..., M] float32.
 
   Unstabilized: exp may overflow for inputs of large norm, so attention uses
   `feature_parts` instead. Meant for estimator studies (Lemma 2) and tests.
   Arguments and errors as in `feature_parts`.
   """
-  value, log = feature_parts(x, W, kernel, kernel_epsilon=kernel_epsilon)
+  value, log = feature_parts(x, W, kernel, kernel_epsilon=kernel_epsilon, params=params)
   out = jnp.ones((), jnp.float32) if value is None else value
   return out * jnp.exp(log) if log is not None else out

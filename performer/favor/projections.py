@@ -1,7 +1,8 @@
 """Random projection matrices W ([m, d]) for random-feature attention.
 
 Sources: the paper's Sec. 2.4 and Appendix B.2 (orthogonal random features:
-R-ORF, H-ORF, G-ORF) and Sec. 2.3 (SMREG: rows of norm sqrt(d)).
+R-ORF, H-ORF, G-ORF), Sec. 2.3 (SMREG: rows of norm sqrt(d)), and simplex
+random features (Reid et al., ICML 2023, arXiv 2301.13856).
 """
 
 import functools
@@ -10,7 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-KINDS = ("iid", "orthogonal", "hadamard", "givens")
+KINDS = ("iid", "orthogonal", "hadamard", "givens", "simplex")
 SCALINGS = ("chi", "sqrt_d")
 
 
@@ -28,8 +29,12 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
       divide m); `hadamard` (H-ORF: each block is H D3 H D2 H D1 with
       H the normalised Hadamard matrix and Di random sign diagonals; needs d
       a power of two); `givens` (G-ORF: each block is a product of
-      d * ceil(log2 d) random Givens rotations). Structured kinds (hadamard,
-      givens) are slightly biased, the bias vanishing as d grows (App. B.2).
+      d * ceil(log2 d) random Givens rotations); `simplex` (SimRFs: each
+      block's d unit directions are the vertices of a regular simplex,
+      pairwise dot product -1/(d - 1), under a Haar-random rotation; needs
+      d >= 2). Structured kinds (hadamard, givens) are slightly biased, the
+      bias vanishing as d grows (App. B.2); every row of the others is
+      marginally an iid row.
     scaling: `chi` (each row's norm is drawn like a Gaussian row's norm,
       chi(d), so orthogonal rows keep the marginals of iid ones and the
       softmax estimator stays unbiased) or `sqrt_d` (every row has norm
@@ -39,8 +44,8 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
     W: [m, d] float32.
 
   Raises:
-    ValueError: m or d < 1, an unknown kind or scaling, or `hadamard` with d
-      not a power of two.
+    ValueError: m or d < 1, an unknown kind or scaling, `hadamard` with d
+      not a power of two, or `simplex` with d = 1.
   """
   if m < 1 or d < 1:
     raise ValueError(f"projection needs m >= 1 and d >= 1, got m={m}, d={d}")
@@ -50,6 +55,8 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
     raise ValueError(f"unknown projection scaling {scaling!r}; choose from {SCALINGS}")
   if kind == "hadamard" and d & (d - 1):
     raise ValueError(f"hadamard projections need d a power of two, got d={d}")
+  if kind == "simplex" and d < 2:
+    raise ValueError("simplex projections need d >= 2 (a simplex of d directions spans d - 1)")
 
   dir_key, norm_key = jax.random.split(key)
   if kind == "iid":
@@ -59,7 +66,7 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
     return w * (math.sqrt(d) / jnp.linalg.norm(w, axis=1, keepdims=True))
 
   block_fn = {"orthogonal": _orthogonal_block, "hadamard": _hadamard_block,
-              "givens": _givens_block}[kind]
+              "givens": _givens_block, "simplex": _simplex_block}[kind]
   n_blocks = -(-m // d)
   blocks = [block_fn(k, d) for k in jax.random.split(dir_key, n_blocks)]
   unit = jnp.concatenate(blocks, axis=0)[:m]  # [m, d], rows of norm 1
@@ -77,6 +84,15 @@ def _orthogonal_block(key, d):
   q, r = jnp.linalg.qr(g)
   # Without the sign fix, QR's convention makes Q non-uniform (Mezzadri 2007).
   return (q * jnp.sign(jnp.diag(r))[None, :]).T
+
+
+def _simplex_block(key, d):
+  """d unit rows s_i R with s_i . s_j = -1/(d - 1) (a regular simplex), R Haar: [d, d].
+
+  s_i = sqrt(d / (d - 1)) (e_i - 1/d): unit norm, summing to 0.
+  """
+  simplex = math.sqrt(d / (d - 1)) * (jnp.eye(d, dtype=jnp.float32) - 1.0 / d)
+  return simplex @ _orthogonal_block(key, d)
 
 
 def _hadamard_block(key, d):

@@ -292,7 +292,7 @@ def render(run_dirs, out_path):
   written = write_table(out_path, "Paper claims on proteins, decided by the verdict rule",
                         COLUMNS, rows(decided), notes)
   json_path = os.path.splitext(out_path)[0] + ".json"
-  record = {"gates": {d: _gate_record(g) for d, g in gates.items()},
+  record = {"gates": {d: gate_record(g) for d, g in gates.items()},
             "claims": [{"id": v.claim.id, "kind": v.claim.kind, "verdict": v.verdict,
                         "reason": v.reason} for v in decided]}
   with atomic_path(json_path) as tmp, open(tmp, "w") as f:
@@ -300,7 +300,8 @@ def render(run_dirs, out_path):
   return (*written, json_path)
 
 
-def _gate_record(gate):
+def gate_record(gate):
+  """A scale gate as JSON: passed, difference, 95% interval and MDE (pp), seeds."""
   ev = gate.evidence
   finite = bool(np.isfinite(ev.se))
   return {"passed": gate.passed if finite else False, "difference": ev.diff,

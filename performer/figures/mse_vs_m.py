@@ -22,10 +22,13 @@ from performer.figures.io import check_figure_path, figure_format, load_rows, sa
 REQUIRED = {"kernel": str, "projection": str, "scaling": str, "m": float, "mse_mean": float,
             "mse_std": float, "mse_median": float, "samples": float, "input_scale": float}
 
-COLOURS = {"positive": "C0", "hyperbolic": "C1", "trig": "C3"}
-STYLES = {"orthogonal": "-", "iid": "--", "hadamard": ":", "givens": "-."}
-NAMES = {"orthogonal": "ORF", "iid": "IID", "hadamard": "H-ORF", "givens": "G-ORF"}
-PREFERENCE = ("orthogonal", "iid", "hadamard", "givens")  # each kernel's curve in the right panel
+COLOURS = {"positive": "C0", "hyperbolic": "C1", "trig": "C3", "gerf": "C2", "derf": "C4",
+           "saderf": "C6"}
+STYLES = {"orthogonal": "-", "iid": "--", "hadamard": ":", "givens": "-.", "simplex": (0, (5, 1))}
+NAMES = {"orthogonal": "ORF", "iid": "IID", "hadamard": "H-ORF", "givens": "G-ORF",
+         "simplex": "SimRF"}
+ESTIMATORS = {"gerf": "gerf (FAVOR++)", "derf": "derf (FAVOR#)", "saderf": "saderf (FAVOR#)"}
+PREFERENCE = ("orthogonal", "iid", "hadamard", "givens", "simplex")  # a kernel's right-panel curve
 
 
 def _kernel_panel(variants):
@@ -59,7 +62,7 @@ def _projection_panel(variants):
 
 def _label(variant):
   kernel, kind, scaling = variant
-  return f"{kernel}, {NAMES.get(kind, kind)}" + (", SMREG (|w| = sqrt(d))" if scaling == "sqrt_d" else "")
+  return f"{ESTIMATORS.get(kernel, kernel)}, {NAMES.get(kind, kind)}" + (", SMREG (|w| = sqrt(d))" if scaling == "sqrt_d" else "")
 
 
 def render(input_path, out_path):
@@ -83,7 +86,9 @@ def render(input_path, out_path):
     kernels, suffix = _kernel_panel(variants_at[scale])
     projections, projection_title = _projection_panel(variants_at[scale])
     names = sorted({v[0] for v in kernels})
-    panels = [(row_axes[-1], " vs ".join(names).capitalize() + " features" + suffix, kernels)]
+    title = (" vs ".join(names).capitalize() + " features" if len(names) <= 3
+             else "Estimators") + suffix
+    panels = [(row_axes[-1], title, kernels)]
     if left:
       panels.insert(0, (row_axes[0], projection_title, projections))
     for ax, title, shown in panels:
@@ -113,7 +118,9 @@ def render(input_path, out_path):
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
   r0 = rows[0]
   samples = f"{r0['samples']} sample" + ("s" if r0["samples"] != 1 else "")
-  fig.suptitle(f"FAVOR vs exact softmax attention, L={r0.get('L')}, d={r0.get('d')}, "
+  anisotropy = r0.get("anisotropy", 1.0)
+  inputs = f", anisotropic inputs r={anisotropy:g}" if anisotropy != 1.0 else ""
+  fig.suptitle(f"FAVOR vs exact softmax attention, L={r0.get('L')}, d={r0.get('d')}{inputs}, "
                f"{samples} (mean, +-1 std; hollow: median)", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)

@@ -18,7 +18,8 @@ exact attention (at each m; the smallest m from which it holds is the
 answer to "from which m"); FAVOR+ without redrawing is worse than with;
 trig features are worse than positive ones; iid projections are worse than
 orthogonal ones; Performer-ReLU matches FAVOR+ (Table 2 puts them within
-0.8 pp in (U)). The variant rows are compared at the budget's m (the
+0.8 pp in (U)); and, from the papers after it, FAVOR++, FAVOR# and simplex
+features are better than FAVOR+. The variant rows are compared at the budget's m (the
 `num_features` of their row). Seeds are paired across rows (seed j of every
 row shares its initialisation stream, data order and first features), so
 the seed part of each interval is a paired t interval; the test set's part
@@ -50,7 +51,8 @@ DELTA_FRACTION = 0.05
 UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
 LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
           "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
-          "smreg": "SMREG", "relu": "ReLU, random W", "relu_deterministic": "ReLU, deterministic",
+          "smreg": "SMREG", "favorpp": "FAVOR++ (GERF)", "favorsharp": "FAVOR# (SADERF)",
+          "simplex": "FAVOR+ simplex (SimRF)", "relu": "ReLU, random W", "relu_deterministic": "ReLU, deterministic",
           "elu_plus_one": "elu+1 (linear)", "taylor": "Taylor (Based)", "reformer": "Reformer",
           "identity": "identity (control)"}
 ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"),
@@ -81,7 +83,14 @@ def _declared(rows, reference):
           ("iid worse than orthogonal", "orthogonal features (ORF) lower the error, which "
            "helps training (Sec. 3, Fig. 4)", "worse", "favor_iid", favor),
           ("ReLU matches FAVOR+", "generalized ReLU attention is as good as softmax (Table 2)",
-           "matches", "relu", favor)]
+           "matches", "relu", favor),
+          # After the paper: estimators of lower kernel variance (favor/exponential.py).
+          ("FAVOR++ better than FAVOR+", "GERF's lower kernel variance gives better attention "
+           "(Likhosherstov et al. 2022)", "better", "favorpp", favor),
+          ("FAVOR# better than FAVOR+", "SADERF's lower kernel variance gives better attention "
+           "(Likhosherstov et al. 2023)", "better", "favorsharp", favor),
+          ("simplex better than orthogonal", "simplex features lower the kernel's error below "
+           "orthogonal ones (Reid et al. 2023)", "better", "simplex", favor)]
   return [c for c in out if c[3] in rows and c[4] in rows]
 
 
@@ -204,7 +213,7 @@ def render(run_dirs, out_path):
                           cells["delta (pp)"] if v.claim.direction else "", cells["seeds"],
                           v.verdict, v.reason])
     record["tasks"][task] = {
-        "gate": claims_lib._gate_record(gate) if gate else None,  # pylint: disable=protected-access
+        "gate": claims_lib.gate_record(gate) if gate else None,
         "rows": {row: {"mean": m, "accuracies": list(map(float, a))}
                  for row, (m, a) in means.items()},
         "claims": [{"id": v.claim.id, "verdict": v.verdict, "reason": v.reason,
@@ -242,9 +251,9 @@ def _gate_note(task, gate):
 
 def _draw(left, right, task, rows, means):
   """Accuracy against state size (left) and against m (right) of one task."""
-  colours = {}
+  styles = {}  # ten colours, then the next marker
   for i, row in enumerate(r for r in rows if not r.startswith("favor_m") and r != "identity"):
-    colours[row] = f"C{i % 10}"
+    styles[row] = {"color": f"C{i % 10}", "marker": "sD^v"[i // 10 % 4]}
   favor = sorted((r for r in rows if r.startswith("favor_m")),
                  key=lambda r: int(r.removeprefix("favor_m")))
 
@@ -266,11 +275,11 @@ def _draw(left, right, task, rows, means):
       ax.plot(x, ys, color="k", marker="o", label="FAVOR+ (positive, ORF, redrawn)")
       for xi, r in zip(x, favor):
         point(ax, xi, r, color="k")
-  for row, colour in colours.items():
-    point(left, state_size(rows[row][0]), row, color=colour, marker="s", label=label(row))
+  for row, style in styles.items():
+    point(left, state_size(rows[row][0]), row, label=label(row), **style)
     m = _num_features(rows[row][0])
     if m is not None and row != "exact":
-      point(right, m, row, color=colour, marker="s", label=label(row))
+      point(right, m, row, label=label(row), **style)
   left.set_xscale("log")
   right.set_xscale("log", base=2)
   left.set_xlabel("attention state per layer (floats: M x d_head, or L x d_head)")

@@ -1,6 +1,7 @@
 """What every study builds its jobs from: the budget, the folders, and bindings for every run."""
 
 import dataclasses
+import json
 import os
 
 from performer.plans import job as job_lib
@@ -65,6 +66,15 @@ class Context:
   def result(self, filename):
     return os.path.join(self.results, filename)
 
+
+  def decision(self, filename, read):
+    """read(record) of the JSON twin of a decision file in results/ (a gate, the chosen rates),
+    or {} while it is not written or cannot be read."""
+    try:
+      with open(self.result(os.path.splitext(filename)[0] + ".json")) as f:
+        return read(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+      return {}
   def evaluated(self, train, splits=(), *, study):
     """The eval job of a train job on `splits` (per-sequence sums beside each result), if any,
     and the job that archives the run after it: [eval, archive] or [archive]."""

@@ -24,7 +24,6 @@ from committed files. Then Table 1, Table 2, the claims and the Fig. 6
 curves.
 """
 
-import json
 
 from performer import attention
 from performer.plans import job as job_lib
@@ -54,11 +53,8 @@ def attention_options(ctx, name):
 
 def gates(ctx):
   """{direction: passed} from the gate file once it is written ({} before)."""
-  try:
-    with open(ctx.result(GATE_FILE.replace(".md", ".json"))) as f:
-      return {d.lower(): g["passed"] for d, g in json.load(f)["gates"].items()}
-  except (OSError, ValueError, KeyError, TypeError, AttributeError):
-    return {}
+  return ctx.decision(GATE_FILE, lambda record: {d.lower(): g["passed"]
+                                                 for d, g in record["gates"].items()})
 
 
 def sweep(ctx):

@@ -6,7 +6,9 @@ head, d_model 64, (U), next-token recall scored at the queries only. The rows
 (ROWS) are exact softmax; FAVOR+ (positive orthogonal features, chi norms,
 stabilised, redrawn every step) at each m of the budget's sweep; at the
 budget's m, FAVOR+ never redrawn, with iid projections, hyperbolic, trig and
-SMREG features; Performer-ReLU with random W and with deterministic
+SMREG features; the estimators published after the paper, FAVOR++ (GERF),
+FAVOR# (SADERF) and simplex projections (does a lower kernel variance buy
+recall?); Performer-ReLU with random W and with deterministic
 features; elu+1 (linear attention); Based's Taylor map on q and k mapped
 to TAYLOR_DIM dimensions first, as Based does (on all 64, its 4,161
 features cost 13 s a step here); the Reformer; and identity attention, the
@@ -23,7 +25,6 @@ reproduce` again after it. A budget with one rate has no tuning runs.
 `recall` draws the figure and decides the claims (figures/recall.py).
 """
 
-import json
 import os
 
 from performer.plans import job as job_lib
@@ -50,6 +51,9 @@ def rows(recall):
       "hyperbolic": favor(kernel="hyperbolic"),
       "trig": favor(kernel="trig"),
       "smreg": favor(scaling="sqrt_d"),
+      "favorpp": ("performer_favorpp", {"num_features": m}),
+      "favorsharp": ("performer_favorsharp", {"num_features": m}),
+      "simplex": favor(projection="simplex"),
       "relu": ("performer_relu", {"num_features": m}),
       "relu_deterministic": ("performer_relu", {"features": "deterministic"}),
       "elu_plus_one": ("linear", {}),
@@ -71,11 +75,7 @@ def data_folder(ctx, task):
 
 def chosen_rates(ctx):
   """{task name: {row: learning rate}} once `recall_lr` has written them ({} before)."""
-  try:
-    with open(ctx.result(LR_FILE.replace(".md", ".json"))) as f:
-      return json.load(f)["chosen"]
-  except (OSError, ValueError, KeyError, TypeError):
-    return {}
+  return ctx.decision(LR_FILE, lambda record: record["chosen"])
 
 
 def _train(ctx, task, row, lr, seed, stage):

@@ -85,6 +85,35 @@ def test_mse_matches_an_independent_computation():
   assert row["mse_median"] == pytest.approx(np.median(mses), rel=1e-3)
 
 
+def test_a_data_dependent_estimator_matches_an_independent_computation():
+  # FAVOR++ on anisotropic inputs: A* from the sample's own moments, in float64 numpy.
+  variant = ("gerf", "orthogonal", "chi")
+  cfg = approx_error.ApproxErrorConfig(seq_len=64, dim=8, features=(16,), samples=2,
+                                       input_scales=(1.5,), variants=(variant,), anisotropy=8.0)
+  (row,) = approx_error.run(cfg, progress=False).rows
+  mses = []
+  for sample in range(2):
+    q, k, v = (np.asarray(a[0, :, 0], np.float64) for a in approx_error._inputs(cfg, 1.5, sample))
+    W = np.asarray(approx_error.projection_for(cfg, variant, 16, sample), np.float64)
+    p = np.exp(q @ k.T / np.sqrt(8) - (q @ k.T / np.sqrt(8)).max(1, keepdims=True))
+    exact = (p / p.sum(1, keepdims=True)) @ v
+    x, y = q * 8 ** -0.25, k * 8 ** -0.25
+    rho = ((x * x).sum(1).mean() + (y * y).sum(1).mean() + 2 * x.mean(0) @ y.mean(0)) / 8
+    A = (1 - 2 * rho - np.sqrt((2 * rho + 1) ** 2 + 8 * rho)) / 16
+    phi = lambda z: np.exp(A * (W * W).sum(1) + np.sqrt(1 - 4 * A) * z @ W.T
+                           - 0.5 * (z * z).sum(1, keepdims=True)) * (1 - 4 * A) ** 2 / 4.0
+    a = phi(x) @ phi(y).T
+    mses.append(np.mean(((a @ v) / a.sum(1, keepdims=True) - exact) ** 2))
+  assert row["mse_mean"] == pytest.approx(np.mean(mses), rel=1e-3)
+  assert row["anisotropy"] == 8.0 and abs(row["query_norm_mean"] - 1.5) < 0.2
+  q, k, _ = approx_error._inputs(cfg, 1.5, 0)
+  # Queries spread unevenly over directions that are not the axes, keys over others.
+  cov = lambda x: np.cov(np.asarray(x[0, :, 0]).T)
+  spread = np.linalg.eigvalsh(cov(q))
+  assert spread.max() / spread.min() > 8 and np.abs(cov(q) - np.diag(np.diag(cov(q)))).max() > 0.1
+  assert not np.allclose(cov(q), cov(k), atol=0.1)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     # Messages name the command's flags, not the config's fields.
     (dict(seq_len=0), "--seq-len must be >= 1, got 0"),
@@ -98,7 +127,9 @@ def test_mse_matches_an_independent_computation():
     (dict(features=(16, 16)), "^--features values must not repeat$"),
     (dict(seed=2 ** 40), "--seed"),
     (dict(variants=(("relu", "iid", "chi"),)),
-     "not a softmax kernel; choose from positive, hyperbolic, trig$"),
+     "not a softmax kernel; choose from positive, hyperbolic, trig, gerf, derf, saderf$"),
+    (dict(anisotropy=0.5), "--anisotropy must be a finite ratio >= 1, got 0.5"),
+    (dict(dim=1, variants=(("positive", "simplex", "chi"),)), "--dim >= 2"),
     (dict(variants=(("positive", "qr", "chi"),)), "unknown projection 'qr'; choose from iid, "),
     (dict(variants=(("positive", "iid", "unit"),)), "unknown scaling"),
     (dict(dim=12, variants=(("positive", "hadamard", "chi"),)), "power of two"),

@@ -86,7 +86,7 @@ def _inputs(seed, scale=1.0):
 def test_favor_matrix_rows_sum_to_one_and_times_v_is_the_backend_output(kernel, epsilon, causal,
                                                                          scale):
   q, k, v, W, mask = _inputs(1, scale)
-  A = np.asarray(attention_maps.favor_matrix(q, k, W, kernel=kernel, kernel_epsilon=epsilon,
+  A = np.asarray(favor.attention_matrix(q, k, W, kernel=kernel, kernel_epsilon=epsilon,
                                              mask=mask, causal=causal))
   assert A.shape == (B, H, L, L)
   np.testing.assert_allclose(A.sum(-1), 1.0, atol=2e-6)
@@ -111,7 +111,7 @@ def test_favor_matrix_is_the_normalised_explicit_estimator(kernel, epsilon):
     return np.maximum(wx, 0.0) / np.sqrt(M) + epsilon
   scores = np.einsum("bhim,bhjm->bhij", phi(q), phi(k)) * np.asarray(mask)[:, None, None, :]
   want = scores / scores.sum(-1, keepdims=True)
-  got = attention_maps.favor_matrix(q, k, W, kernel=kernel, kernel_epsilon=epsilon, mask=mask)
+  got = favor.attention_matrix(q, k, W, kernel=kernel, kernel_epsilon=epsilon, mask=mask)
   np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=1e-7)
 
 
@@ -122,7 +122,7 @@ def test_exact_maps_are_softmax_of_q_k_over_sqrt_d(causal):
   allowed = np.asarray(mask)[:, None, None, :] & (np.tri(L, dtype=bool) if causal else True)
   e = np.where(allowed, np.exp(logits / np.sqrt(D) - 10.0), 0.0)
   want = e / e.sum(-1, keepdims=True)
-  got = np.asarray(attention_maps.softmax_matrix(q, k, mask=mask, causal=causal))
+  got = np.asarray(favor.softmax_matrix(q, k, mask=mask, causal=causal))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
   out = favor.softmax_attention(q, k, v, mask=mask, causal=causal)
   np.testing.assert_allclose(np.einsum("bhij,bjhd->bihd", got, np.asarray(v)), np.asarray(out),
@@ -214,7 +214,7 @@ def test_performer_run_maps_use_its_trained_w_and_reproduce_its_outputs(runs, fa
                                rtol=1e-5, atol=1e-7)
     attn = model.blocks[layer].attn
     for step, same in ((SAVED_DRAW, True), (0, False)):
-      A = attention_maps.favor_matrix(q, k, attn.draw(step), mask=tokens != vocab.PAD)[0]
+      A = favor.attention_matrix(q, k, attn.draw(step), mask=tokens != vocab.PAD)[0]
       assert np.allclose(A, arrays["favor"][layer], rtol=1e-5, atol=1e-7) == same
   # The per-head numbers, recomputed from the arrays.
   row = record["rows"][3]  # head 1-1

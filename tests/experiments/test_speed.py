@@ -160,8 +160,8 @@ def test_crossover_needs_performer_faster_at_every_longer_length():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--attention", "nope"), "unknown attention 'nope'; choose from exact, performer_softmax, "
-                              "performer_relu, identity"),
+    (("--attention", "nope"), "unknown attention 'nope'; choose from exact, exact_blockwise, "
+                              "exact_dot_product, identity, linear, linformer, "),
     (("--attention", "favor_scan"), "--layer-only"),
     (("--config", "huge"), "unknown config 'huge'; choose from regular, small"),
     (("--direction", "both"), "unknown direction 'both'; choose from bidirectional, causal"),

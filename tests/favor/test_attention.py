@@ -12,9 +12,11 @@ from performer import favor
 
 B, L, H, D, M = 2, 37, 3, 8, 11  # prime-ish sizes make shape mix-ups fail loudly
 # identity and the App. D.3 kernels: test_generalized_kernels.py (identity's and tanh's D nears 0
-# here); taylor, which takes no W: tests/attention/test_backends.py
+# here); taylor, which takes no W: tests/attention/test_backends.py; the data-dependent kernels:
+# test_exponential.py
 ALL = [(k, 1e-3 if k == "relu" else 0.0) for k in favor.KERNELS
-       if k not in ("identity", "sigmoid", "abs", "gelu", "tanh", *favor.DETERMINISTIC_ONLY)]
+       if k not in ("identity", "sigmoid", "abs", "gelu", "tanh", *favor.DETERMINISTIC_ONLY,
+                    *favor.DATA_DEPENDENT_KERNELS)]
 
 
 def _qkv(seed=0, scale=1.0, length=L, dtype=jnp.float32):
@@ -343,3 +345,20 @@ def test_bad_arguments_raise():
     favor.favor_attention(q, k, v, W, mask=jnp.ones((B, L + 1), bool))
   with pytest.raises(ValueError, match="batch, length, heads"):
     favor.softmax_attention(q[0], k, v)
+  with pytest.raises(ValueError, match="Python int"):
+    favor.favor_attention(q, k, v, W, chunk_size=jnp.int32(8))
+
+
+def test_scale_and_kernel_epsilon_may_be_arrays_and_traced():
+  q, k, v = _qkv(12)
+  W = _W()
+  expected = favor.favor_attention(q, k, v, W, scale=0.5)
+  np.testing.assert_array_equal(favor.favor_attention(q, k, v, W, scale=jnp.float32(0.5)),
+                                expected)
+  traced = jax.jit(lambda s: favor.favor_attention(q, k, v, W, causal=True, scale=s))
+  np.testing.assert_allclose(traced(jnp.float32(0.5)),
+                             favor.favor_attention(q, k, v, W, causal=True, scale=0.5),
+                             rtol=1e-6, atol=1e-6)
+  relu = jax.jit(lambda eps: favor.favor_attention(q, k, v, W, kernel="relu", kernel_epsilon=eps))
+  np.testing.assert_allclose(relu(jnp.float32(1e-3)), _explicit(q, k, v, W, "relu", 1e-3, False),
+                             rtol=2e-5, atol=2e-5)

@@ -28,12 +28,14 @@ def test_decode_step_equals_causal_attention(kernel, eps):
   np.testing.assert_allclose(jnp.stack(outs, 1), full, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("attention", ["performer_softmax", "performer_relu", "linear"])
+@pytest.mark.parametrize("attention", ["performer_softmax", "performer_relu", "linear",
+                                       "performer_favorsharp"])
 def test_greedy_generation_matches_the_full_forward_pass(attention):
   options = {"num_features": 16} if attention.startswith("performer") else {}
   cfg = ModelConfig(vocab_size=28, max_len=32, num_layers=2, num_heads=2, d_model=32, d_ff=64,
                     attention=attention, attention_options=options, causal=True)
   model = TransformerLM(cfg, rngs=nnx.Rngs(3))
+  model(jnp.array([[1, 3, 4, 8, 2, 6]], jnp.int32))  # in training: FAVOR#'s running moments
   model.eval()
   tokens = jnp.array([[1, 5, 9, 12], [1, 7, 7, 20]], jnp.int32)  # prompts
   caches = model.decode_init(2)

@@ -161,10 +161,10 @@ def test_the_later_seeds_of_a_direction_join_the_plan_once_its_gate_passed(mini)
 
 def test_recall_tunes_each_rows_rate_on_valid_then_trains_the_replicates_at_it(mini):
   rows = list(recall_plan.rows(mini.budget.recall))
-  assert len(rows) == 17 and rows[0] == "exact" and rows[-1] == "identity"
+  assert len(rows) == 20 and rows[0] == "exact" and rows[-1] == "identity"
   jobs = {j.name: j for j in plans.build(mini) if j.study == "recall"}
   tune = [j for j in jobs.values() if j.kind == "train"]
-  assert len(tune) == 17 * 3 and {j.settings["stage"] for j in tune} == {"tune"}
+  assert len(tune) == 20 * 3 and {j.settings["stage"] for j in tune} == {"tune"}
   assert {j.settings["seed"] for j in tune} == {recall_plan.TUNE_SEED}
   assert jobs["recall_L64_kv4_trig_lr0.01_eval"].command[-1] == "valid"  # never test
   assert jobs["mqar_L64_kv4"].kind == "data" and "recall" not in jobs  # no replicates yet
@@ -174,7 +174,7 @@ def test_recall_tunes_each_rows_rate_on_valid_then_trains_the_replicates_at_it(m
     json.dump({"chosen": {"L64_kv4": chosen}}, f)
   after = {j.name: j for j in plans.build(mini) if j.study == "recall"}
   replicates = [j for j in after.values() if j.kind == "train" and j.settings["stage"] != "tune"]
-  assert len(replicates) == 17 * 5
+  assert len(replicates) == 20 * 5
   exact = after["recall_L64_kv4_exact_s4"]
   assert "OptimConfig.learning_rate=0.01" in exact.bindings and "TrainConfig.seed=4" in exact.bindings
   assert after["recall_L64_kv4_exact_s4_eval"].command[-1] == "test"

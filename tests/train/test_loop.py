@@ -421,6 +421,26 @@ def test_reformer_rotations_are_redrawn_each_step_and_restored_on_resume(data, t
   assert last(tmp_path) == last(tmp_path / "whole")
 
 
+def test_favorpp_running_moments_are_trained_state_checkpointed_and_resumed(data, tmp_path):
+  favorpp = ["ModelConfig.attention = 'performer_favorpp'", "TrainConfig.steps = 2"]
+  config = "gin/mini/trembl_u_performer_softmax.gin"
+  _train(data, tmp_path, *favorpp, config=config)
+  configurables.parse([os.path.join(tmp_path, "config.gin")], [])
+  model, optimizer = state_lib.build(configurables.resolve())
+  with Checkpoints(os.path.join(tmp_path, "checkpoints")) as ckpt:
+    ckpt.restore(2, model, optimizer)
+  attn = model.blocks[0].attn
+  # Two training steps recorded (weights 1 - 0.99^2), not the evaluations between them.
+  np.testing.assert_allclose(attn.moments["weight"][...], 1 - 0.99 ** 2, rtol=1e-5)
+  queries, keys = attn.statistics()
+  assert np.all(np.trace(np.asarray(keys.second), axis1=-2, axis2=-1) > 0)
+  assert np.isfinite(np.asarray(queries.mean)).all()
+  _train(data, tmp_path, *favorpp[:1], "TrainConfig.steps = 4", config=config)
+  _train(data, tmp_path / "whole", *favorpp[:1], "TrainConfig.steps = 4", config=config)
+  last = lambda w: [r for r in _rows(w) if r["split"] == "valid"][-1]
+  assert last(tmp_path) == last(tmp_path / "whole")
+
+
 def test_a_replicate_seed_varies_init_data_order_and_random_features(data):
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   apart = "ModelConfig.attention_options = {'num_features': 8, 'seed': 5}"

@@ -1,0 +1,47 @@
+"""The layout of FAVOR's passes: shape checks, and [B, L, H, e] arrays read in blocks.
+
+Heads stay inside a block ([B, block, H, e]) and are moved in front only
+there (`heads_first`): for B = 1 the block view is a free reshape, where a
+head-major layout measured a copy of each input and of the output.
+"""
+
+import jax.numpy as jnp
+
+
+def check_shapes(q, k, v, mask, causal):
+  """ValueError unless q, k, v are [B, L, H, d] arrays that fit together (and mask [B, Lk])."""
+  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+    raise ValueError("q, k, v must be [batch, length, heads, head_dim], got "
+                     f"shapes {q.shape}, {k.shape}, {v.shape}")
+  if q.shape[-1] != k.shape[-1] or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+    raise ValueError(f"q {q.shape} and k {k.shape} disagree on batch, heads or d")
+  if k.shape[:3] != v.shape[:3]:
+    raise ValueError(f"k {k.shape} and v {v.shape} disagree on batch, length or heads")
+  if causal and q.shape[1] != k.shape[1]:
+    raise ValueError(f"causal attention needs Lq == Lk, got {q.shape[1]} and {k.shape[1]}")
+  if mask is not None and tuple(mask.shape) != tuple(k.shape[:2]):
+    raise ValueError(f"mask must be [batch, Lk] = {k.shape[:2]}, got {mask.shape}")
+
+
+def blocks(x, block):
+  """[B, L, H, e] -> [n, B, block, H, e], zero-padded to n * block >= L."""
+  batch, length, heads, e = x.shape
+  n = -(-length // block)
+  x = jnp.pad(x, [(0, 0), (0, n * block - length), (0, 0), (0, 0)])
+  return jnp.moveaxis(x.reshape(batch, n, block, heads, e), 1, 0)
+
+
+def mask_blocks(mask, block):
+  """[B, L] bool -> [n, B, 1, block]: the key mask read as `blocks` reads the keys."""
+  return blocks(mask[:, :, None, None], block)[..., 0, 0][:, :, None]
+
+
+def unblock(x, length):
+  """[n, B, block, H, e] -> [B, length, H, e]: the inverse of `blocks`."""
+  n, batch, block, heads, e = x.shape
+  return jnp.moveaxis(x, 0, 1).reshape(batch, n * block, heads, e)[:, :length]
+
+
+def heads_first(x):
+  """[B, C, H, e] -> [B, H, C, e] inside a block (in cache), and back."""
+  return jnp.swapaxes(x, 1, 2)

@@ -1,0 +1,74 @@
+"""Split-form numerics shared by FAVOR's passes (see attention.py's module docstring).
+
+Features come as phi(x) = value * exp(log) (features.py). Every pass keeps a
+per-feature reference c_f for the keys' logs and normalises each query by
+its largest term, so nothing overflows and the estimator is the
+unstabilized one. This module holds what those passes share: the features
+of a block of inputs with the norm limit applied, and the safe division by
+the normaliser D.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from performer.favor import features
+
+# Largest scaled query/key norm |q| d^(-1/4) served: the logs are about |x|^2 / 2,
+# and float32 resolves them to ~|x|^2 6e-8 nats (results/README.md measures the error).
+MAX_NORM = 100.0
+# A per-feature reference below any real log: no key seen yet (finite, so
+# that differences of two such references are 0, not NaN).
+NO_KEY = -1e30
+
+
+def featurize(x, *, W, kernel, scale, kernel_epsilon, params=None):
+  """Split-form features of x * scale, float32; logs NaN where |x * scale| > MAX_NORM.
+
+  x: [..., n, d]; params: one side's `exponential.Side` for the
+  data-dependent kernels (leading dims broadcasting against x's), else None.
+  """
+  x = x.astype(jnp.float32) * scale
+  parts = features.feature_parts(x, W, kernel, kernel_epsilon=kernel_epsilon, params=params)
+  if parts.log is None:
+    return parts
+  beyond = jnp.sum(x * x, axis=-1, keepdims=True) > MAX_NORM ** 2
+  return parts._replace(log=jnp.where(beyond, jnp.nan, parts.log))
+
+
+def check_norms(q, k, mask, scale):
+  """ValueError naming the largest scaled norm of q or of a real key past MAX_NORM."""
+  for name, x, keep in (("query", q, None), ("key", k, mask)):
+    norms = jnp.linalg.norm(x.astype(jnp.float32), axis=-1) * jnp.abs(scale)  # [B, L, H]
+    if keep is not None:
+      norms = jnp.where(keep[:, :, None], norms, 0.0)
+    largest = float(jnp.max(norms)) if norms.size else 0.0
+    if not largest <= MAX_NORM:  # NaN inputs fail here too
+      raise ValueError(f"a {name} has scaled norm |x| d^(-1/4) = {largest:.4g}, past "
+                       f"favor.MAX_NORM = {MAX_NORM:g}, where float32 cannot resolve FAVOR's "
+                       f"feature logs (~|x|^2/2 nats); normalise or rescale q and k")
+
+
+def divide(num, den):
+  """num / D; a query with D = 0 (no weight on any key) gets 0, not NaN.
+
+  Zero-padded chunk rows have all-zero features: a NaN there, though sliced
+  off, would poison the backward pass.
+  """
+  zero = den == 0.0
+  return jnp.where(zero[..., None], 0.0, num / jnp.where(zero, 1.0, den)[..., None])
+
+
+def times(value, scale):
+  """value * scale, with value None read as 1."""
+  return scale if value is None else value * scale
+
+
+def query_prime(qf, c):
+  """Query features against key reference c, normalised by each query's largest term (<= 1).
+
+  qf: `features.Features` of [..., n, M]; c: [..., 1, M or 1] (or
+  broadcastable). The query's own factor exp(N) cancels in D.
+  """
+  q_log = qf.log + c
+  return times(qf.value, jnp.exp(q_log - jax.lax.stop_gradient(
+      jnp.max(q_log, axis=-1, keepdims=True))))
