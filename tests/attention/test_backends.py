@@ -13,7 +13,9 @@ from performer.attention.registry import RandomFeatures
 B, L, H, D = 2, 29, 3, 8
 OPTIONS = {"performer_softmax": {"num_features": 64, "chunk_size": 8},
            "performer_relu": {"num_features": 64, "chunk_size": 8}, "linear": {"chunk_size": 8},
-           "linformer": {"num_projections": 16},
+           "performer_favorpp": {"num_features": 64, "chunk_size": 8},
+           "performer_favorsharp": {"num_features": 64, "chunk_size": 8},
+           "linformer": {"num_projections": 16}, "exact_blockwise": {"block": 8},
            "reformer": {"chunk_size": 4, "n_buckets": 4}}
 
 
@@ -44,6 +46,8 @@ def test_shape_dtype_and_finite(name, dtype):
 @pytest.mark.parametrize("name", _causal_names())
 def test_causal_outputs_ignore_future_tokens(name):
   module = _make(name)
+  module(*_qkv(9), causal=True)  # state of other batches (FAVOR++'s running moments) ...
+  module.eval()  # ... held fixed, as in evaluation
   q, k, v = _qkv(1)
   base = module(q, k, v, causal=True)
   for i in (0, 9, 27):
@@ -177,14 +181,18 @@ def test_unknown_names_and_options():
 def test_the_registry_says_what_each_backend_can_do_and_its_resolved_defaults():
   facts = {n: attention.info(n) for n in attention.names()}
   assert {n: i.label for n, i in facts.items()} == {
-      "exact": "Transformer", "identity": "Identity", "linear": "Linear", "linformer": "Linformer",
+      "exact": "Transformer", "exact_blockwise": "Transformer (blockwise)",
+      "exact_dot_product": "Transformer (jax.nn.dot_product_attention)",
+      "identity": "Identity", "linear": "Linear", "linformer": "Linformer",
+      "performer_favorpp": "Performer-FAVOR++", "performer_favorsharp": "Performer-FAVOR#",
       "performer_relu": "Performer-ReLU", "performer_softmax": "Performer-softmax",
       "reformer": "Reformer"}
   assert [n for n, i in facts.items() if not i.causal] == ["linformer"]
-  assert [n for n, i in facts.items() if i.decoding] == ["linear", "performer_relu",
-                                                          "performer_softmax"]
-  assert [n for n, i in facts.items() if i.random_state] == ["linformer", "performer_relu",
-                                                              "performer_softmax", "reformer"]
+  performers = ["performer_favorpp", "performer_favorsharp", "performer_relu", "performer_softmax"]
+  assert [n for n, i in facts.items() if i.decoding] == ["linear", *performers]
+  assert [n for n, i in facts.items() if i.random_state] == ["linformer", *performers, "reformer"]
+  assert (facts["performer_favorpp"].defaults["kernel"],
+          facts["performer_favorsharp"].defaults["kernel"]) == ("gerf", "saderf")
   softmax, relu = facts["performer_softmax"].defaults, facts["performer_relu"].defaults
   assert (softmax["kernel"], softmax["kernel_epsilon"], relu["kernel"], relu["kernel_epsilon"]) == \
       ("positive", 0.0, "relu", 1e-3)  # A.3, A.4
@@ -200,3 +208,50 @@ def test_the_registry_says_what_each_backend_can_do_and_its_resolved_defaults():
   assert attention.options("performer_softmax", {"kernel": "trig"})["kernel"] == "trig"
   with pytest.raises(ValueError, match="unknown attention 'nope'; choose from exact"):
     attention.info("nope")
+
+
+@pytest.mark.parametrize("name", ["performer_favorpp", "performer_favorsharp"])
+def test_causal_data_dependent_layers_attend_with_earlier_batches_moments(name):
+  layer = _make(name)
+  q, k, v = _qkv(3)
+  W = layer.matrix()
+  kernel = layer.kernel
+  # Zero moments at first: the kernel is FAVOR+ itself.
+  first = layer(q, k, v, causal=True)
+  np.testing.assert_allclose(first, favor.favor_attention(q, k, v, W, causal=True, chunk_size=8),
+                             rtol=1e-5, atol=1e-6)
+  # The call recorded its batch (every real token, per head), bias-corrected.
+  mean = lambda x: jnp.mean((x * D ** -0.25).reshape(-1, H, D), axis=0)
+  np.testing.assert_allclose(layer.statistics()[0].mean, mean(q), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(layer.statistics()[1].second, jnp.einsum(
+      "nhd,nhe->hde", *(2 * ((k * D ** -0.25).reshape(-1, H, D),))) / (B * L), rtol=1e-5,
+      atol=1e-6)
+  # The next batch attends with those moments, not its own, then adds its own.
+  q2, k2, v2 = _qkv(4)
+  before = layer.statistics()
+  out = layer(q2, k2, v2, causal=True)
+  np.testing.assert_allclose(out, favor.favor_attention(q2, k2, v2, W, kernel=kernel, causal=True,
+                                                        chunk_size=8, statistics=before),
+                             rtol=1e-5, atol=1e-6)
+  assert not np.allclose(layer.statistics()[0].mean, before[0].mean)
+  # Evaluation keeps them fixed; bidirectional calls use the sequence's own and record nothing.
+  layer.eval()
+  fixed = layer.statistics()
+  layer(q, k, v, causal=True)
+  layer.train()
+  layer(q, k, v, causal=False)
+  for got, want in zip(jax.tree.leaves(layer.statistics()), jax.tree.leaves(fixed)):
+    np.testing.assert_array_equal(got, want)
+  assert "moments" in nnx.state(layer) and "moments" not in nnx.state(layer, nnx.Param)
+
+
+def test_decoding_a_data_dependent_layer_equals_its_causal_pass():
+  layer = _make("performer_favorpp")
+  q, k, v = _qkv(5)
+  layer(*_qkv(6), causal=True)  # some running moments
+  layer.eval()
+  expected = layer(q, k, v, causal=True)
+  cache = layer.decode_init(B, H, D)
+  for t in range(L):
+    cache, out = layer.decode_step(cache, q[:, t], k[:, t], v[:, t])
+    np.testing.assert_allclose(out, expected[:, t], rtol=1e-4, atol=1e-5)
