@@ -19,9 +19,11 @@ from performer.errors import UserError
 
 # Subcommands in the order of a study: data, training, measurements, then plans and figures.
 DATA = ("performer.data.trembl", "performer.data.pfam", "performer.data.pg19", "performer.data.mqar")
+DATA_COMMANDS = ("prepare-trembl", "label-pfam", "prepare-pg19", "prepare-mqar")
 EXPERIMENTS = ("approx_error", "lemma2", "speed", "throughput", "error_propagation",
                "attention_maps", "aa_similarity")
 OTHERS = ("performer.plans.command", "performer.figures", "performer.plans.archive")
+OTHER_COMMANDS = ("reproduce", "figure", "archive")
 TRAIN_DESCRIPTION = (
     "Trains the model the gin files describe (see gin/ and gin/mini/). TensorBoard events, "
     "metrics.jsonl, checkpoints and the operative config go to --workdir; running again on the "
@@ -117,57 +119,97 @@ def _command(parser, where):
   parser.set_defaults(func=module.main)
 
 
-def _parser():
-  from performer import configurables, figures  # pylint: disable=import-outside-toplevel
-  from performer.plans import command as reproduce  # pylint: disable=import-outside-toplevel
-  from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
+def _parser(only=None):
+  """The argument parser. only: a command name; the other commands are then named but not
+  built, so that a command imports only what it needs (prepare-trembl starts without jax)."""
+  wanted = lambda name: only is None or name == only
+  epilog = None
+  if only is None:
+    from performer import figures  # pylint: disable=import-outside-toplevel
+    epilog = "figures and tables (performer figure NAME):\n" + figures.listing()
   parser = argparse.ArgumentParser(
       prog="performer", formatter_class=_Formatter,
       description="Reproduce 'Rethinking Attention with Performers' (Choromanski et al., "
                   "ICLR 2021): data preparation, training, FAVOR+ measurements and figures.",
-      epilog="figures and tables (performer figure NAME):\n" + figures.listing())
+      epilog=epilog)
   sub = parser.subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-  add = lambda name, summary, description, **kw: sub.add_parser(
-      name, help=summary, description=description, formatter_class=_Formatter, **kw)
 
-  for name, where in zip(("prepare-trembl", "label-pfam", "prepare-pg19", "prepare-mqar"), DATA):
-    _command(add(name, *_texts(where)), where)
-  p = add("train", "train a language model from gin configs (resumes a workdir)",
-          TRAIN_DESCRIPTION)
-  flags.add(p, configurables.GinFlags)
-  p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
-  flags.add(p, distributed.ClusterFlags)
-  p.set_defaults(func=_train)
-  p = add("eval", "evaluate a trained workdir on a split (writes eval_SPLIT.json)",
-          EVAL_DESCRIPTION)
-  p.add_argument("--workdir", required=True, help="a `performer train` workdir")
-  p.add_argument("--split", default="test",
-                 help="valid, test or ood, or several comma-separated (test,ood: one restore "
-                      "and compile for both) (default test)")
-  p.add_argument("--mask-draws", type=int, default=evaluate.MASK_DRAWS, metavar="N",
-                 help="(B) models: score N independent draws of the masks, summed, for a "
-                      "smaller sampling error; (U) models have none (default "
-                      f"{evaluate.MASK_DRAWS}; train/evaluate.py says why)")
-  flags.add(p, distributed.ClusterFlags)
-  p.set_defaults(func=_eval)
+  def add(name, summary, description, **kw):
+    return sub.add_parser(name, help=summary, description=description, formatter_class=_Formatter,
+                          **kw)
+
+  for name, where in zip(DATA_COMMANDS, DATA):
+    if wanted(name):
+      _command(add(name, *_texts(where)), where)
+    else:
+      sub.add_parser(name)
+  if wanted("train"):
+    from performer import configurables  # pylint: disable=import-outside-toplevel
+    from performer.train import distributed  # pylint: disable=import-outside-toplevel
+    p = add("train", "train a language model from gin configs (resumes a workdir)",
+            TRAIN_DESCRIPTION)
+    flags.add(p, configurables.GinFlags)
+    p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
+    flags.add(p, distributed.ClusterFlags)
+    p.set_defaults(func=_train)
+  else:
+    sub.add_parser("train")
+  if wanted("eval"):
+    from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
+    p = add("eval", "evaluate a trained workdir on a split (writes eval_SPLIT.json)",
+            EVAL_DESCRIPTION)
+    p.add_argument("--workdir", required=True, help="a `performer train` workdir")
+    p.add_argument("--split", default="test",
+                   help="valid, test or ood, or several comma-separated (test,ood: one restore "
+                        "and compile for both) (default test)")
+    p.add_argument("--mask-draws", type=int, default=evaluate.MASK_DRAWS, metavar="N",
+                   help="(B) models: score N independent draws of the masks, summed, for a "
+                        "smaller sampling error; (U) models have none (default "
+                        f"{evaluate.MASK_DRAWS}; train/evaluate.py says why)")
+    flags.add(p, distributed.ClusterFlags)
+    p.set_defaults(func=_eval)
+  else:
+    sub.add_parser("eval")
   for name in EXPERIMENTS:
+    command = name.replace("_", "-")
+    if not wanted(command):
+      sub.add_parser(command)
+      continue
     module = importlib.import_module("performer.experiments." + name)
-    p = add(name.replace("_", "-"), module.SUMMARY, module.DESCRIPTION)
+    p = add(command, module.SUMMARY, module.DESCRIPTION)
     if getattr(module, "GIN", False):
+      from performer import configurables  # pylint: disable=import-outside-toplevel
       flags.add(p, configurables.GinFlags)
     flags.add(p, module.CONFIG)
     p.add_argument("--out", default=module.OUT, help=f"result JSON (default {module.OUT})")
     p.set_defaults(func=lambda args, m=module: _experiment(m, args))
-  _command(add("reproduce", *_texts(OTHERS[0]), epilog=reproduce.epilog()), OTHERS[0])
-  _command(add("figure", *_texts(OTHERS[1]),
-               epilog="figures and tables:\n" + figures.listing()), OTHERS[1])
-  _command(add("archive", *_texts(OTHERS[2])), OTHERS[2])
+  epilogs = {"reproduce": lambda m: m.epilog(),
+             "figure": lambda m: "figures and tables:\n" + m.listing(), "archive": lambda m: None}
+  for name, where in zip(OTHER_COMMANDS, OTHERS):
+    if not wanted(name):
+      sub.add_parser(name)
+      continue
+    _command(add(name, *_texts(where), epilog=epilogs[name](importlib.import_module(where))),
+             where)
   return parser
+
+
+def _names():
+  """Every command name, without importing any command."""
+  return {*DATA_COMMANDS, "train", "eval", *(n.replace("_", "-") for n in EXPERIMENTS),
+          *OTHER_COMMANDS}
+
+
+def _named(argv):
+  """The command argv names (its first word that is not an option), or None."""
+  return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv=None):
   """Entry point of the `performer` console script; returns the exit status."""
-  parser = _parser()
+  argv = sys.argv[1:] if argv is None else argv
+  named = _named(argv)
+  parser = _parser(named if named in _names() else None)
   args, unknown = parser.parse_known_args(argv)
   if unknown:
     parser.subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -33,7 +33,7 @@ import tqdm
 
 from performer import __version__, flags
 from performer.data import outdir, stats
-from performer.data.shards import ShardWriter
+from performer.data.shard_writer import ShardWriter
 from performer.errors import UserError
 from performer.flags import flag
 

@@ -1,10 +1,7 @@
-"""On-disk token shards and the grain data source that reads them.
+"""The grain data sources that read token shards (their format: shard_writer.py).
 
-A split is a folder of shards plus `index.json`. Shard i is two .npy files:
-`shard-iiiii.tokens.npy` (all records' token ids back to back, uint8 for
-proteins, uint16 for SentencePiece ids) and `shard-iiiii.offsets.npy`
-([records + 1] int64 starts). Shards are memory-mapped when read, so many
-hosts can read disjoint records of the same files.
+Shards are memory-mapped when read, so many hosts can read disjoint records
+of the same files.
 """
 
 import json
@@ -13,45 +10,7 @@ import os
 import grain.python as grain
 import numpy as np
 
-INDEX = "index.json"
-
-
-class ShardWriter:
-  """Appends records to shards of about `shard_tokens` tokens each."""
-
-  def __init__(self, folder, dtype, shard_tokens):
-    self.folder, self.dtype, self.shard_tokens = folder, np.dtype(dtype), shard_tokens
-    self.shards = []  # [{"name", "records", "tokens"}]
-    self._pieces, self._lengths, self._tokens = [], [], 0
-    os.makedirs(folder, exist_ok=True)
-
-  def add(self, tokens):
-    """Appends one record ([n] integer tokens)."""
-    self._pieces.append(np.asarray(tokens, self.dtype))
-    self._lengths.append(len(tokens))
-    self._tokens += len(tokens)
-    if self._tokens >= self.shard_tokens:
-      self._flush()
-
-  def _flush(self):
-    if not self._lengths:
-      return
-    name = f"shard-{len(self.shards):05d}"
-    tokens = np.concatenate(self._pieces) if self._pieces else np.zeros(0, self.dtype)
-    offsets = np.concatenate([[0], np.cumsum(self._lengths, dtype=np.int64)])
-    np.save(os.path.join(self.folder, name + ".tokens.npy"), tokens)
-    np.save(os.path.join(self.folder, name + ".offsets.npy"), offsets)
-    self.shards.append({"name": name, "records": len(self._lengths), "tokens": int(len(tokens))})
-    self._pieces, self._lengths, self._tokens = [], [], 0
-
-  def close(self):
-    """Writes the last shard and index.json; returns the index dict."""
-    self._flush()
-    index = {"dtype": self.dtype.name, "records": sum(s["records"] for s in self.shards),
-             "tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
-    with open(os.path.join(self.folder, INDEX), "w") as f:
-      json.dump(index, f, indent=1, sort_keys=True)
-    return index
+from performer.data.shard_writer import INDEX
 
 
 class TokenShards(grain.RandomAccessDataSource):

@@ -7,6 +7,8 @@ exact median without keeping every length.
 import collections
 import math
 
+import numpy as np
+
 FIELDS = ("count", "min", "max", "mean", "std", "median")
 
 
@@ -18,6 +20,11 @@ class LengthStats:
 
   def add(self, length, times=1):
     self.histogram[int(length)] += times
+
+  def add_many(self, lengths):
+    """Adds every length of an integer array."""
+    values, counts = np.unique(np.asarray(lengths), return_counts=True)
+    self.histogram.update(dict(zip(values.tolist(), counts.tolist())))
 
   def summary(self):
     """Dict of FIELDS; std is the population standard deviation; {} when empty."""

@@ -27,7 +27,7 @@ import tqdm
 
 from performer import __version__, flags
 from performer.data import fasta, outdir, stats, vocab
-from performer.data.shards import ShardWriter
+from performer.data.shard_writer import ShardWriter
 from performer.errors import UserError
 from performer.flags import flag
 
@@ -202,9 +202,10 @@ class _Concat:
     self.writer, self.length = writer, length
     self.buffer, self.buffered, self.chunks = [], 0, 0
 
-  def add(self, tokens):
-    self.buffer += [tokens, np.array([vocab.EOS], np.uint8)]
-    self.buffered += len(tokens) + 1
+  def add(self, stream):
+    """Appends records already joined, each followed by its EOS ([n] uint8)."""
+    self.buffer.append(stream)
+    self.buffered += len(stream)
     if self.buffered >= self.length:
       joined = np.concatenate(self.buffer)
       n = len(joined) // self.length
@@ -218,6 +219,44 @@ class _Concat:
     """Writes the last shard; returns the chunk statistics."""
     self.index = self.writer.close()
     return {"count": self.chunks, "length": self.length, "dropped_tail_tokens": self.buffered}
+
+
+def _distribute(parsed, split_of, splits, single, concat, lengths, seq_len):
+  """Adds a block's records to their splits, in input order; returns the residues added.
+
+  split_of: [n] the number of each record's split in `splits`, -1 to drop it.
+  Consecutive records of one split are contiguous in `parsed.tokens` and
+  `parsed.joined`, so each run of them is one slice; a record longer than
+  seq_len, clipped for the single task, makes a run of its own.
+  """
+  if not len(split_of):
+    return 0
+  offsets = parsed.offsets.tolist()
+  record_lengths = np.diff(parsed.offsets)
+  long = record_lengths > seq_len
+  bounds = (np.flatnonzero(np.diff(split_of * 2 + long)) + 1).tolist()
+  single_parts = [[] for _ in splits]
+  concat_parts = [[] for _ in splits]
+  for a, b in zip([0] + bounds, bounds + [len(split_of)]):
+    number = int(split_of[a])
+    if number < 0:
+      continue
+    concat_parts[number].append(parsed.joined[offsets[a] + a:offsets[b] + b])
+    if long[a]:
+      single_parts[number] += [parsed.tokens[offsets[j]:offsets[j] + seq_len] for j in range(a, b)]
+    else:
+      single_parts[number].append(parsed.tokens[offsets[a]:offsets[b]])
+  residues = 0
+  for number, split in enumerate(splits):
+    if not concat_parts[number]:
+      continue
+    lens = record_lengths[split_of == number]
+    lengths[split].add_many(lens)
+    lengths["all"].add_many(lens)
+    single[split].add_many(np.concatenate(single_parts[number]), np.minimum(lens, seq_len))
+    concat[split].add(np.concatenate(concat_parts[number]))
+    residues += int(lens.sum())
+  return residues
 
 
 def _fingerprint(cfg, inputs, families):
@@ -343,25 +382,19 @@ def _build(cfg, files, tmp, salt, ood, workers, progress):
   try:
     for parsed, size in _parsed_blocks(files, cfg, salt, workers or os.cpu_count() or 1, inputs):
       rules.update(parsed.counts)
-      for i, name in enumerate(parsed.accessions):
-        digest = int(parsed.digests[i])
-        if cfg.dedup:
+      u = parsed.digests / 2.0 ** 64
+      split_of = np.where(u < cfg.valid_fraction, 1,  # numbers of SPLITS; -1: dropped
+                          np.where(u < cfg.valid_fraction + cfg.test_fraction, 2, 0))
+      if held_out is not None:
+        split_of[[name in held_out for name in parsed.accessions()]] = 3
+      if cfg.dedup:
+        for i, digest in enumerate(parsed.digests.tolist()):
           if digest in seen:
-            duplicates += 1
-            continue
-          seen.add(digest)
-        tokens = parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
-        if held_out is not None and name in held_out:
-          split = "ood"
-        else:
-          u = digest / 2.0 ** 64
-          split = ("valid" if u < cfg.valid_fraction else
-                   "test" if u < cfg.valid_fraction + cfg.test_fraction else "train")
-        lengths[split].add(len(tokens))
-        lengths["all"].add(len(tokens))
-        single[split].add(tokens[:cfg.seq_len])
-        concat[split].add(tokens)
-        residues += len(tokens)
+            split_of[i] = -1
+          else:
+            seen.add(digest)
+        duplicates += int(np.sum(split_of < 0))
+      residues += _distribute(parsed, split_of, splits, single, concat, lengths, cfg.seq_len)
       bar.update(size)
   finally:
     bar.close()  # before any error message, so the two do not share a line

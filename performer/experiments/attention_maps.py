@@ -120,7 +120,7 @@ def first_that_fits(path, max_residues):
     fits = np.flatnonzero(lengths <= max_residues)
     if fits.size:
       i = int(fits[0])
-      return parsed.accessions[i], parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
+      return parsed.accessions()[i], parsed.tokens[parsed.offsets[i]:parsed.offsets[i + 1]]
   raise UserError(f"{path}: no record of at most {max_residues} residues")
 
 

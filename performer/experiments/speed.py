@@ -7,7 +7,7 @@ stops at the first that runs out of memory, passes the time cap or fails;
 that row keeps the status ("oom", "timeout", "error"), so a sweep never
 crashes on it.
 
-`targets_plan()` is the fixed set of measurements behind the five target
+`targets_plan()` is the fixed set of measurements behind the target
 ratios of `ratios()`; any run prints whichever of them its rows allow.
 """
 
@@ -25,15 +25,19 @@ import tqdm
 from performer import attention as backends
 from performer import memory
 from performer.errors import UserError
+from performer.experiments import speed_pytorch
 from performer.experiments.results import Result
 from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
 from performer.flags import flag, split
 from performer.models.config import DTYPES
 
-ATTENTIONS = ("exact", "performer_softmax", "performer_relu", "identity")  # the default: Fig. 3's
+# Exact attention as a user would run it: naive (Fig. 3's), blockwise (O(L) memory) and JAX's own.
+EXACT = ("exact", "exact_blockwise", "exact_dot_product")
+ATTENTIONS = EXACT + ("performer_softmax", "performer_relu", "identity")  # the default: Fig. 3's
 DIRECTIONS = ("bidirectional", "causal")
 MODES = ("fwd", "fwdbwd")
 SWEEP = tuple(2 ** p for p in range(9, 21))  # 512 ... 2^20, until OOM or the time cap
+FAILED = ("oom", "timeout", "error")  # a row's status when it ran and failed ("skipped": not run)
 MATMUL_N = 4096  # jnp.dot of two N x N float32 matrices: the machine's GFLOP/s
 
 
@@ -45,8 +49,9 @@ DESCRIPTION = ("Times the forward pass (fwd) and the forward pass plus the gradi
                "configuration runs out of memory or passes --time-cap. Each configuration runs "
                "in a fresh process: compiled ahead of time (compile time reported apart), one "
                "warm-up run (which also gives the peak memory), then --repeats timed runs. Writes "
-               "JSON rows and prints the five target ratios that the run's rows allow; --targets "
-               "runs exactly the measurements they need.")
+               "JSON rows and prints the target ratios that the run's rows allow (crossovers against "
+               "the fastest exact attention); --targets runs exactly the measurements they need. "
+               "--peers adds performer-pytorch's FAVOR+ layer beside ours (the peers extra).")
 OUT = "runs/speed.json"  # scripts/speed.sh writes results/
 FIGURE = "speed"
 
@@ -86,6 +91,10 @@ class SpeedConfig:
   repeats: int = flag(5, "timed runs after the warm-up")
   time_cap: float = flag(120.0, "seconds one configuration may take, compile included, before "
                                 "it is recorded as a timeout")
+  deadline: float | None = flag(
+      None, "seconds after the start from which no new configuration starts; those left are "
+      "recorded as skipped (a whole sweep inside a fixed time, e.g. scripts/gpu_check.sh)",
+      metavar="SECONDS")
   memory_cap: int | None = flag(
       None, "record configurations whose XLA buffer plan exceeds this size (e.g. 16G) as out of "
       "memory without running them", parse=memory.parse_bytes,
@@ -95,8 +104,12 @@ class SpeedConfig:
       parse=lambda text: split(text, int),
       shown="the library's, favor.DEFAULT_CHUNK_SIZE causal, favor.BIDIRECTIONAL_BLOCK "
             "bidirectional")
-  targets: bool = flag(False, "run only the measurements behind the five target ratios (about "
-                              "10 minutes on 2 CPU cores); ignores the selection flags")
+  targets: bool = flag(False, "run only the measurements behind the target ratios (about "
+                              "20 minutes on 2 CPU cores; with the peers extra installed, also "
+                              "performer-pytorch's); ignores the selection flags")
+  peers: bool = flag(False, "with --layer-only: also time performer-pytorch's FastAttention (torch, "
+                            "the peers extra) at every shape of performer_softmax, for paired "
+                            "ratios")
   profile: str | None = flag(None, "also trace 3 extra runs of each configuration with "
                              "jax.profiler into DIR/<configuration>/ and store its top XLA "
                              "operations in the row", metavar="DIR")
@@ -122,14 +135,23 @@ class SpeedConfig:
       raise UserError(f"--repeats must be >= 1, got {self.repeats}")
     if not 0 < self.time_cap < math.inf:
       raise UserError(f"--time-cap must be a finite number of seconds > 0, got {self.time_cap}")
+    if self.deadline is not None and not 0 <= self.deadline < math.inf:
+      raise UserError(f"--deadline must be a finite number of seconds >= 0, got {self.deadline}")
     if self.memory_cap is not None and self.memory_cap < 1:
       raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
     if any(c is not None and c < 1 for c in self.chunk_sizes):
       raise UserError(f"chunk sizes must be >= 1, got {self.chunk_sizes}")
     if self.dtype not in DTYPES:
       raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+    if self.peers and (reason := speed_pytorch.missing()):
+      raise UserError(reason)
     if self.targets:
       return  # targets_plan() ignores the selection
+    if self.peers and not (self.layer and "performer_softmax" in self.attentions):
+      raise UserError("--peers compares attention layers: add --layer-only and keep "
+                      "performer_softmax in --attention")
+    if self.peers and self.dtype != "float32":
+      raise UserError("--peers runs float32 only (performer-pytorch's CPU path)")
     if self.chunk_sizes != (None,) and not any(a.startswith("performer") for a in self.attentions):
       raise UserError("--chunk-sizes applies to the performer_* attentions; none is selected")
     if not plan(self):  # the only filter: favor_scan is causal only
@@ -165,11 +187,15 @@ def plan(cfg):
             series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
                                 chunk_size=chunk, dtype=cfg.dtype)
                            for n in sorted(set(cfg.seq_lens))])
+          if cfg.peers and attention == "performer_softmax":
+            series.append([spec(config, speed_pytorch.NAME, direction, mode, n, layer=True)
+                           for n in sorted(set(cfg.seq_lens))])
   return series
 
 
 def targets_plan():
-  """The measurements behind `ratios()`: regular config, m = 256, d = 64, 8 heads."""
+  """The measurements behind `ratios()`: regular config, m = 256, d = 64, 8 heads
+  (performer-pytorch's only where the peers extra is installed)."""
   def one(attention, direction, mode, lengths, layer):
     return [spec("regular", attention, direction, mode, n, layer=layer) for n in lengths]
   series = [
@@ -181,7 +207,10 @@ def targets_plan():
   for direction in DIRECTIONS:  # 2, 5
     series.append(one("identity", direction, "fwdbwd", (8192,), False))
     series.append(one("performer_softmax", direction, "fwdbwd", (512, 1024, 2048, 8192), False))
-    series.append(one("exact", direction, "fwdbwd", (512, 1024, 2048), False))
+    for exact in EXACT:
+      series.append(one(exact, direction, "fwdbwd", (512, 1024, 2048), False))
+    if not speed_pytorch.missing():
+      series.append(one(speed_pytorch.NAME, direction, "fwdbwd", (8192,), True))
   return series
 
 
@@ -232,9 +261,15 @@ def run(cfg, *, progress=True, log=None):
   series = plan(cfg)
   total = sum(len(s) for s in series)
   rows = []
+  end = None if cfg.deadline is None else time.time() + cfg.deadline
   with tqdm.tqdm(total=total, desc="speed", unit="config", disable=not progress) as bar:
     for specs in series:
       for i, one in enumerate(specs):
+        if end is not None and time.time() >= end:  # not measured: say so, row by row
+          rows.append(dict(one, status="skipped", detail=f"not started: the --deadline of "
+                           f"{cfg.deadline:g} s had passed"))
+          bar.update(1)
+          continue
         bar.set_postfix_str(_name(one), refresh=True)
         row = run_one(one, cfg)
         rows.append(row)
@@ -262,8 +297,15 @@ def report(cfg, result):  # pylint: disable=unused-argument
               f"compile {row['compile_s']:.1f} s; "
               f"peak {memory.format_bytes(row['peak_bytes'])})"
               if row["status"] == "ok" else row["status"])
-    lines.append(f"{row['config']:8} {where} {row['attention']:18} {row['direction']:13} "
+    name = row["attention"] + (f" ({row['implementation']})" if row.get("implementation") else "")
+    lines.append(f"{row['config']:8} {where} {name:24} {row['direction']:13} "
                  f"{row['mode']:6} L={row['L']:<6}{chunk} {timing}")
+  pairs = peer_ratios(result.rows)
+  if pairs:
+    lines.append("performer-pytorch / ours (FAVOR+ layer time; > 1: ours is faster):")
+    lines += [f"  {p['config']:8} {p['direction']:13} {p['mode']:6} L={p['L']:<6} "
+              f"{p['ratio']:6.2f}x  ({p['theirs_ms']:.1f} ms / {p['ours_ms']:.1f} ms)"
+              for p in pairs]
   return lines + ["targets (ratios of measurements in this run):"] + format_ratios(
       result.extra["ratios"])
 
@@ -283,25 +325,82 @@ def _find(rows, **keys):
   return None
 
 
-def crossover(rows, **keys):
-  """Smallest measured L from which Performer-softmax is faster than exact at every longer
-  measured L (exact runs out first counts as faster), or None."""
-  perf = {r["L"]: r for r in rows if r.get("attention") == "performer_softmax"
-          and not r.get("chunk_size") and all(r.get(k) == v for k, v in keys.items())}
-  exact = {r["L"]: r for r in rows if r.get("attention") == "exact"
-           and all(r.get(k) == v for k, v in keys.items())}
-  lengths = sorted(n for n in perf if perf[n]["status"] == "ok" and n in exact)
+def _fastest(rows, attentions, length, value, **keys):
+  """(attention, value) of the lowest `value(row)` among `attentions` at `length`, or None.
+
+  An attention whose series failed (oom, timeout, error) at or below
+  `length` counts as infinitely slow and large there; one not measured up
+  to `length` (outside the selection) does not count.
+  """
   best = None
-  for n in reversed(lengths):
-    if exact[n]["status"] != "ok" or perf[n]["median_ms"] < exact[n]["median_ms"]:
+  for attention in attentions:
+    own = [r for r in rows if r.get("attention") == attention and not r.get("chunk_size")
+           and all(r.get(k) == v for k, v in keys.items())]
+    at = next((r for r in own if r["L"] == length and r["status"] == "ok"), None)
+    if at is not None:
+      candidate = (attention, value(at))
+    elif any(r["status"] in FAILED and r["L"] <= length for r in own):
+      candidate = (attention, math.inf)
+    else:
+      continue
+    if best is None or candidate[1] < best[1]:
+      best = candidate
+  return best
+
+
+def crossover(rows, exact=EXACT, **keys):
+  """Smallest measured L from which Performer-softmax is faster than the fastest of the
+  `exact` attentions at that L, and at every longer measured L (an exact attention that ran
+  out of memory or time counts as slower), or None."""
+  perf = {r["L"]: r for r in rows if r.get("attention") == "performer_softmax"
+          and not r.get("chunk_size") and r["status"] == "ok"
+          and all(r.get(k) == v for k, v in keys.items())}
+  best = None
+  for n in sorted(perf, reverse=True):
+    fastest = _fastest(rows, exact, n, lambda r: r["median_ms"], **keys)
+    if fastest is None:
+      continue  # no exact attention measured at this L
+    if perf[n]["median_ms"] < fastest[1]:
       best = n
     else:
       break
   return best
 
 
+def memory_ratio(rows, exact=EXACT, **keys):
+  """The largest ratio over measured L of Performer-softmax's peak memory to the smallest
+  peak among the `exact` attentions at that L, with that L: (ratio, L), or None."""
+  worst = None
+  for r in rows:
+    if (r.get("attention") != "performer_softmax" or r.get("chunk_size") or r["status"] != "ok"
+        or not r.get("peak_bytes") or not all(r.get(k) == v for k, v in keys.items())):
+      continue
+    smallest = _fastest(rows, exact, r["L"], lambda e: e.get("peak_bytes") or math.inf, **keys)
+    if smallest is None:
+      continue
+    ratio = r["peak_bytes"] / smallest[1]
+    if worst is None or ratio > worst[0]:
+      worst = (ratio, r["L"])
+  return worst
+
+
+def peer_ratios(rows):
+  """performer-pytorch's time over ours at every shape both measured (layer rows): a list of
+  dicts with direction, mode, L, ours_ms, theirs_ms and ratio (> 1: ours is faster)."""
+  out = []
+  for theirs in rows:
+    if theirs.get("attention") != speed_pytorch.NAME or theirs["status"] != "ok":
+      continue
+    keys = {k: theirs[k] for k in ("config", "direction", "mode", "L")}
+    ours = _find(rows, attention="performer_softmax", layer=True, **keys)
+    if ours:
+      out.append(dict(keys, ours_ms=ours["median_ms"], theirs_ms=theirs["median_ms"],
+                      ratio=theirs["median_ms"] / ours["median_ms"]))
+  return out
+
+
 def ratios(rows, matmul):
-  """The five target ratios of the speed issue, from rows of one run.
+  """The target ratios of the speed issues, from rows of one run.
 
   Returns a list of dicts: id, name, value (None when the rows lack a
   measurement), target (text), met (bool or None) and detail.
@@ -361,13 +460,26 @@ def ratios(rows, matmul):
   for direction, tag in (("bidirectional", "B"), ("causal", "U")):
     keys = dict(config="regular", layer=False, direction=direction, mode="fwdbwd")
     measured = [r for r in rows if all(r.get(k) == v for k, v in keys.items())
-                and r.get("attention") in ("exact", "performer_softmax")]
-    value = crossover(rows, **keys) if measured else None
+                and r.get("attention") in EXACT + ("performer_softmax",)]
+    peers = sorted({r["attention"] for r in measured} & set(EXACT), key=EXACT.index)
+    value = crossover(rows, **keys) if peers else None
+    naive = crossover(rows, exact=("exact",), **keys) if "exact" in peers else None
     lengths = ",".join(str(n) for n in sorted({r["L"] for r in measured}))
-    add(f"5{tag}", f"crossover L: Performer fwd+bwd faster than exact, regular model ({tag})",
-        value, "<= 1024", value is not None and value <= 1024,
-        measured and (f"measured L: {lengths}" if value else
-                      f"exact was as fast or faster at every measured L ({lengths})"))
+    add(f"5{tag}", f"crossover L: Performer model fwd+bwd faster than the fastest exact attention "
+        f"({tag})", value, "<= 2048", value is not None and value <= 2048,
+        peers and (f"against {', '.join(peers)}; against naive exact alone: {naive or 'none'}; "
+                   f"measured L: {lengths}"))
+    worst = memory_ratio(rows, **keys) if peers else None
+    add(f"5m{tag}", f"Performer model fwd+bwd peak memory / the smallest exact peak, worst L ({tag})",
+        worst and worst[0], "< 1 at every L", worst is not None and worst[0] < 1,
+        worst and f"worst at L={worst[1]}; against {', '.join(peers)}")
+  paired = {(p["direction"], p["mode"], p["L"]): p for p in peer_ratios(rows)
+            if p["config"] == "regular"}
+  for direction, tag, target in (("bidirectional", "B", 3.0), ("causal", "U", 30.0)):
+    pair = paired.get((direction, "fwdbwd", 8192))
+    add(f"5p{tag}", f"performer-pytorch / ours, FAVOR+ layer fwd+bwd, L=8192 ({tag})",
+        pair and pair["ratio"], f">= {target:g}", pair is not None and pair["ratio"] >= target,
+        pair and f"{pair['theirs_ms']:.0f} ms / {pair['ours_ms']:.0f} ms")
   return out
 
 
@@ -376,7 +488,9 @@ def format_ratios(table):
   lines = []
   for r in table:
     if r["met"] is None:
-      lines.append(f"  [{r['id']}] {r['name']}: not measured in this run (see --targets)")
+      hint = speed_pytorch.missing() if r["id"].startswith("5p") else None
+      lines.append(f"  [{r['id']}] {r['name']}: not measured in this run "
+                   f"({hint or 'see --targets'})")
       continue
     value = f"{r['value']:.3g}" if isinstance(r["value"], float) else str(r["value"] or "none")
     verdict = "met" if r["met"] else "NOT met"

@@ -12,7 +12,9 @@ What is timed (paper Fig. 3): the whole model (`layer` false) from tokens
 scalar loss w.r.t. every parameter (model) or w.r.t. q, k, v (layer). The
 function is compiled ahead of time (compile_s), run once to measure peak
 memory, once more as a warm-up, then `repeats` times, each blocked on with
-`block_until_ready`.
+`block_until_ready`. performer-pytorch's layer (attention
+"performer_pytorch", see speed_pytorch.py) runs eagerly: compile_s 0, no
+buffer plan.
 
 Peak memory, in bytes, counts inputs (parameters included), outputs and
 temporaries. On backends with device memory statistics (GPU, TPU) it is the
@@ -40,6 +42,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from performer.experiments import speed_pytorch
 from performer.memory import available_bytes, format_bytes, planned_bytes
 
 # Model configurations: (num_heads, num_layers, d_ff, d_model). Regular is Fig. 3's;
@@ -64,17 +67,21 @@ def measure(spec):
     reports exhausted memory.
   """
   memory = _PeakMemory()
-  fn, args = _build(spec)
-  start = time.perf_counter()
-  compiled = jax.jit(fn).lower(*args).compile()
-  compile_s = time.perf_counter() - start
-  xla_bytes = planned_bytes(compiled)
-  cap = spec.get("memory_cap") or available_bytes()
-  if cap and xla_bytes and xla_bytes > cap:
-    return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
-            "detail": f"XLA's buffer plan needs {format_bytes(xla_bytes)}, "
-                      f"more than the {format_bytes(cap)} memory cap"}
-  run = lambda: jax.block_until_ready(compiled(*args))
+  if spec["attention"] == speed_pytorch.NAME:  # eager torch: nothing to compile or plan
+    run, args = speed_pytorch.build(spec, NUM_FEATURES)
+    compiled, compile_s, xla_bytes = None, 0.0, None
+  else:
+    fn, args = _build(spec)
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    xla_bytes = planned_bytes(compiled)
+    cap = spec.get("memory_cap") or available_bytes()
+    if cap and xla_bytes and xla_bytes > cap:
+      return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
+              "detail": f"XLA's buffer plan needs {format_bytes(xla_bytes)}, "
+                        f"more than the {format_bytes(cap)} memory cap"}
+    run = lambda: jax.block_until_ready(compiled(*args))
   try:
     peak_bytes, source = memory.measure(run, args)  # also the first warm-up
     run()  # warm-up with the allocator as the timed runs see it
@@ -86,7 +93,8 @@ def measure(spec):
       start = time.perf_counter()
       run()
       times.append(time.perf_counter() - start)
-    profile = _profile(compiled, args, spec["profile"]) if spec.get("profile") else None
+    profile = (_profile(compiled, args, spec["profile"])
+               if spec.get("profile") and compiled is not None else None)
   except Exception as e:  # pylint: disable=broad-except
     if _is_oom(e):
       return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
@@ -285,6 +293,9 @@ def measure_matmul(spec):
 def main():
   spec = json.loads(sys.argv[1])
   result = measure_matmul(spec) if spec.get("kind") == "matmul" else measure(spec)
+  if spec.get("attention") == "exact_dot_product":  # which of its implementations ran
+    from performer.attention import dot_product  # pylint: disable=import-outside-toplevel
+    result["implementation"] = dot_product.implementation(spec.get("dtype", "float32"))
   result["device"] = jax.devices()[0].device_kind
   result["backend"] = jax.default_backend()
   result["jax_version"] = jax.__version__

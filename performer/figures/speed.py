@@ -2,7 +2,9 @@
 
 One row of two log-log panels (time, memory) per (config, model or layer,
 direction, mode) in the file; one curve per attention (and chunk size), the
-identity attention (the paper's OPT, the largest possible speed-up) dashed.
+identity attention (the paper's OPT, the largest possible speed-up) dashed,
+the exact attentions (naive, blockwise, jax.nn.dot_product_attention)
+dash-dotted and performer-pytorch dotted.
 A row whose results vary the chunk size (a `--chunk-sizes` study) is drawn
 against the chunk size instead (linear y axes from 0), one curve per
 (attention, L), with any attention without chunks as a flat dotted line.
@@ -21,8 +23,13 @@ from performer.figures.io import check_figure_path, figure_format, load_rows, sa
 
 REQUIRED = {"config": str, "attention": str, "direction": str, "mode": str, "L": float,
             "status": str}
-COLOURS = {"exact": "C3", "performer_softmax": "C0", "performer_relu": "C2", "identity": "k",
-           "favor_scan": "C1"}
+COLOURS = {"exact": "C3", "exact_blockwise": "C1", "exact_dot_product": "C5",
+           "performer_softmax": "C0", "performer_relu": "C2", "performer_favorpp": "C9",
+           "performer_favorsharp": "C4", "performer_pytorch": "C8", "identity": "k",
+           "favor_scan": "C6"}
+# Dashed: the OPT bound; dash-dotted: the exact attentions; dotted: other libraries.
+LINESTYLES = {"identity": "--", "exact": "-.", "exact_blockwise": "-.", "exact_dot_product": "-.",
+              "performer_pytorch": ":"}
 TAGS = {"bidirectional": "(B)", "causal": "(U)"}
 MODES = {"fwd": "forward", "fwdbwd": "forward + backward"}
 
@@ -53,6 +60,9 @@ def _draw(ax_time, ax_mem, group, by_chunk):
     ok = [r for r in curve if r["status"] == "ok"]
     failed = [r for r in curve if r["status"] != "ok"]
     label = _label(key, by_chunk)
+    implementations = sorted({r["implementation"] for r in ok if r.get("implementation")})
+    if implementations:  # jax.nn.dot_product_attention: xla or cudnn
+      label += f" [{', '.join(implementations)}]"
     if failed:
       where = (f"chunk {failed[0]['chunk_size']}" if by_chunk and failed[0].get("chunk_size")
                else f"L={failed[0]['L']}")
@@ -60,7 +70,7 @@ def _draw(ax_time, ax_mem, group, by_chunk):
     # One colour per curve: by attention, unless an attention has several curves.
     unique = attentions.count(key[0]) == 1
     style = dict(color=COLOURS.get(key[0], "C7") if unique else f"C{i % 10}", marker="o",
-                 markersize=3, linestyle="--" if key[0] == "identity" else "-", label=label)
+                 markersize=3, linestyle=LINESTYLES.get(key[0], "-"), label=label)
     memory = [r for r in ok if r.get("peak_bytes")]
     for ax, points, value in ((ax_time, ok, lambda r: r["median_ms"] / 1e3),
                               (ax_mem, memory, lambda r: r["peak_bytes"] / 2 ** 30)):

@@ -9,7 +9,7 @@ import pytest
 
 from performer.errors import UserError
 from performer import memory
-from performer.experiments import results, speed
+from performer.experiments import results, speed, speed_pytorch
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
@@ -159,6 +159,109 @@ def test_crossover_needs_performer_faster_at_every_longer_length():
   assert speed.crossover(pair(512, 30, 20), **keys) is None
 
 
+def test_crossover_and_memory_are_against_the_fastest_exact_peer():
+  keys = dict(config="regular", layer=False, direction="bidirectional", mode="fwdbwd")
+
+  def at(n, attention, ms, peak, status="ok"):
+    return _row(attention, "bidirectional", "fwdbwd", n, ms, layer=False, peak=peak,
+                status=status)
+  rows = [at(512, "performer_softmax", 30, 300), at(1024, "performer_softmax", 50, 500),
+          at(2048, "performer_softmax", 90, 900),
+          at(512, "exact", 20, 400), at(1024, "exact", 60, 1200), at(2048, "exact", 200, 4000),
+          at(512, "exact_blockwise", 40, 200), at(1024, "exact_blockwise", 45, 400),
+          at(2048, "exact_blockwise", 0, 0, status="timeout")]
+  # Naive exact alone: Performer faster from 1024; the blockwise peer is faster at 1024,
+  # and its timeout at 2048 counts as slower there.
+  assert speed.crossover(rows, exact=("exact",), **keys) == 1024
+  assert speed.crossover(rows, **keys) == 2048
+  # Memory: 300/200 at 512 and 500/400 at 1024 (blockwise smallest), 900/4000 at 2048.
+  assert speed.memory_ratio(rows, **keys) == (pytest.approx(1.5), 512)
+  assert speed.memory_ratio(rows, exact=("exact",), **keys) == (pytest.approx(0.75), 512)
+  table = {r["id"]: r for r in speed.ratios(rows, {"status": "error"})}
+  assert table["5B"]["value"] == 2048 and table["5B"]["met"]
+  assert "against naive exact alone: 1024" in table["5B"]["detail"]
+  assert table["5mB"]["value"] == pytest.approx(1.5) and table["5mB"]["met"] is False
+  assert table["5U"]["met"] is None and table["5pB"]["met"] is None
+
+
+def test_a_deadline_skips_what_it_did_not_start_and_skipped_is_not_slower():
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("exact", "performer_softmax"),
+                          directions=("causal",), modes=("fwd",), seq_lens=(16, 32), repeats=1,
+                          deadline=0)
+  result = speed.run(cfg, progress=False, log=lambda s: None)
+  assert [(r["attention"], r["L"], r["status"]) for r in result.rows] == [
+      (a, n, "skipped") for a in ("exact", "performer_softmax") for n in (16, 32)]
+  assert "--deadline of 0 s" in result.rows[0]["detail"]
+  # An exact row skipped for time says nothing of its speed; a timeout does.
+  keys = dict(config="regular", layer=False, direction="causal", mode="fwdbwd")
+  rows = [_row("performer_softmax", "causal", "fwdbwd", 1024, 30, layer=False),
+          _row("exact", "causal", "fwdbwd", 512, 10, layer=False),
+          _row("exact", "causal", "fwdbwd", 1024, 0, layer=False, status="skipped")]
+  assert speed.crossover(rows, **keys) is None
+  rows[-1]["status"] = "timeout"
+  assert speed.crossover(rows, **keys) == 1024
+
+
+def test_performer_pytorch_ratios_pair_equal_shapes():
+  rows = [_row("performer_softmax", d, "fwdbwd", 8192, ms, layer=True)
+          for d, ms in (("bidirectional", 100.0), ("causal", 120.0))]
+  rows += [_row(speed_pytorch.NAME, d, "fwdbwd", 8192, ms, layer=True)
+           for d, ms in (("bidirectional", 290.0), ("causal", 6000.0))]
+  rows.append(_row(speed_pytorch.NAME, "causal", "fwd", 8192, 1.0, layer=True))  # no partner
+  pairs = speed.peer_ratios(rows)
+  assert [(p["direction"], p["ratio"]) for p in pairs] == [
+      ("bidirectional", pytest.approx(2.9)), ("causal", pytest.approx(50.0))]
+  table = {r["id"]: r for r in speed.ratios(rows, {"status": "error"})}
+  assert table["5pB"]["met"] is False and table["5pU"]["met"] is True
+
+
+def test_peers_flags_are_checked(monkeypatch):
+  monkeypatch.setattr(speed.speed_pytorch, "missing", lambda: "needs torch (the peers extra)")
+  with pytest.raises(UserError, match="needs torch"):
+    speed.SpeedConfig(layer=True, peers=True)
+  monkeypatch.setattr(speed.speed_pytorch, "missing", lambda: None)
+  with pytest.raises(UserError, match="--peers compares attention layers: add --layer-only"):
+    speed.SpeedConfig(peers=True)
+  with pytest.raises(UserError, match="float32 only"):
+    speed.SpeedConfig(layer=True, peers=True, dtype="bfloat16")
+
+
+def test_performer_pytorch_against_ours_end_to_end_on_a_tiny_shape():
+  reason = speed_pytorch.missing()
+  if reason:
+    pytest.skip(reason)
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("performer_softmax",),
+                          modes=("fwd", "fwdbwd"), seq_lens=(16,), layer=True, repeats=1,
+                          peers=True)
+  result = speed.run(cfg, progress=False, log=lambda s: None)
+  theirs = [r for r in result.rows if r["attention"] == speed_pytorch.NAME]
+  assert len(theirs) == 4 and all(r["status"] == "ok" and r["peak_bytes"] > 0 for r in theirs)
+  assert len(speed.peer_ratios(result.rows)) == 4
+  assert any("performer-pytorch / ours" in line for line in speed.report(cfg, result))
+
+
+def test_performer_pytorch_estimates_the_same_attention_as_ours():
+  # The comparison times one quantity: with many features both estimate exact softmax
+  # attention of the same raw q, k, v (each scales by d^(-1/4) itself).
+  reason = speed_pytorch.missing()
+  if reason:
+    pytest.skip(reason)
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from performer import favor  # pylint: disable=import-outside-toplevel
+  for causal in (False, True):
+    spec = {"config": "small", "direction": "causal" if causal else "bidirectional",
+            "mode": "fwd", "L": 12}
+    run, inputs = speed_pytorch.build(spec, num_features=8192)
+    for x in inputs[:2]:  # q, k at a scale where m = 8192 features estimate well (Lemma 2)
+      x.mul_(0.3)
+    theirs = run().numpy().transpose(0, 2, 1, 3)  # [1, L, H, d] as ours
+    q, k, v = (x.detach().numpy().transpose(0, 2, 1, 3) for x in inputs)
+    exact = np.asarray(favor.softmax_attention(q, k, v, causal=causal))
+    uniform = np.broadcast_to(v.mean(axis=1, keepdims=True), v.shape)  # attention ignored
+    error = np.abs(theirs - exact).mean()
+    assert error < 0.05 and error < 0.25 * np.abs(uniform - exact).mean(), error
+
+
 @pytest.mark.parametrize("args, message", [
     (("--attention", "nope"), "unknown attention 'nope'; choose from exact, exact_blockwise, "
                               "exact_dot_product, identity, linear, linformer, "),
@@ -172,6 +275,7 @@ def test_crossover_needs_performer_faster_at_every_longer_length():
     (("--time-cap", "0"), "--time-cap must be a finite number of seconds > 0"),
     (("--time-cap", "inf"), "--time-cap must be a finite number of seconds > 0, got inf"),
     (("--seq-lens", "0"), "sequence lengths must be >= 1"),
+    (("--deadline", "-1"), "--deadline must be a finite number of seconds >= 0"),
     (("--memory-cap", "lots"), "a positive size such as 512M"),
     (("--memory-cap", "0"), "a positive size such as 512M"),
     (("--memory-cap", "inf"), "a positive size such as 512M"),

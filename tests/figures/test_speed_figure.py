@@ -89,6 +89,17 @@ def test_legends_sit_beside_the_panels(tmp_path, monkeypatch):
     assert box.x1 <= fig.canvas.get_width_height()[0]
 
 
+def test_exact_peers_are_dash_dotted_and_name_their_implementation(tmp_path, monkeypatch):
+  rows = [_row(a, n, n / 10) for a in ("exact", "exact_blockwise", "performer_softmax",
+                                       "performer_pytorch") for n in (512, 1024)]
+  rows += [dict(_row("exact_dot_product", n, n / 10), implementation="xla") for n in (512, 1024)]
+  ax_time, ax_mem = _drawn(monkeypatch, tmp_path, rows).axes
+  assert "exact_dot_product [xla]" in _legend(ax_mem)
+  styles = {line.get_label(): line.get_linestyle() for line in ax_time.get_lines()}
+  assert styles == {"exact": "-.", "exact_blockwise": "-.", "exact_dot_product [xla]": "-.",
+                    "performer_softmax": "-", "performer_pytorch": ":"}
+
+
 def test_another_experiment_is_named_in_the_error(tmp_path):
   src = tmp_path / "r.json"
   src.write_text(json.dumps({"experiment": "approx_error", "rows": [{}]}))
