@@ -62,23 +62,13 @@ def test_blockwise_with_fewer_keys_than_queries_and_its_gradients():
       np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-def test_blockwise_never_builds_an_l_by_l_tensor():
+def test_blockwise_never_builds_an_l_by_l_tensor(largest_intermediate):
   length, block = 512, 16
   x = jnp.zeros((1, length, 1, D))
   fn = lambda q, k, v: blockwise_attention(q, k, v, causal=True, block=block)
   for f in (fn, jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v)), argnums=(0, 1, 2))):
-    sizes = []
-
-    def walk(jaxpr):
-      for eqn in jaxpr.eqns:
-        sizes.extend(int(np.prod(o.aval.shape)) for o in eqn.outvars if hasattr(o.aval, "shape"))
-        for p in eqn.params.values():
-          for inner in (p if isinstance(p, (tuple, list)) else (p,)):
-            inner = getattr(inner, "jaxpr", inner)
-            if hasattr(inner, "eqns"):
-              walk(inner)
-    walk(jax.make_jaxpr(f)(x, x, x).jaxpr)
-    assert max(sizes) < length * length // 4, max(sizes)  # L x L = 262,144
+    largest = largest_intermediate(f, x, x, x)
+    assert largest < length * length // 4, largest  # L x L = 262,144
 
 
 def test_dot_product_says_which_implementation_runs_and_bad_arguments_raise():

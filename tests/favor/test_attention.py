@@ -310,24 +310,16 @@ def test_identical_under_jit_grad_and_vmap():
                              atol=1e-5 * np.abs(grad).max())
 
 
-def test_causal_never_builds_quadratic_or_lmd_tensors():
+def test_causal_never_builds_quadratic_or_lmd_tensors(largest_intermediate):
   length, chunk, m, dv = 512, 16, 24, 8
   q = jnp.zeros((1, length, 1, D))
   v = jnp.zeros((1, length, 1, dv))
   W = favor.projection(jax.random.key(0), m, D)
   fn = lambda q, k, v: favor.favor_attention(q, k, v, W, causal=True, chunk_size=chunk)
   for f in (fn, jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v)), argnums=(0, 1, 2))):
-    sizes = []
-    def walk(jaxpr):
-      for eqn in jaxpr.eqns:
-        sizes.extend(int(np.prod(o.aval.shape)) for o in eqn.outvars if hasattr(o.aval, "shape"))
-        for p in eqn.params.values():
-          inner = getattr(p, "jaxpr", p)
-          if hasattr(inner, "eqns"):
-            walk(inner)
-    walk(jax.make_jaxpr(f)(q, q, v).jaxpr)
+    largest = largest_intermediate(f, q, q, v)
     # O(L (m + d)) is fine; L x L = 262144 or L x m x dv = 98304 is not.
-    assert max(sizes) <= length * (m + D + dv), max(sizes)
+    assert largest <= length * (m + D + dv), largest
 
 
 def test_bad_arguments_raise():
