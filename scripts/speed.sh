@@ -19,7 +19,7 @@ for config in regular small; do
       --out "results/speed_${config}_${tag}.png"
 done
 $performer speed --layer-only \
-    --attention exact,exact_blockwise,exact_dot_product,performer_softmax,identity,favor_scan \
+    --attention exact,exact_blockwise,exact_dot_product,performer_softmax,performer_favorpp,performer_favorsharp,identity,favor_scan \
     --mode fwdbwd --repeats 3 --time-cap "$cap" --out "results/speed_layer_${tag}.json"
 $performer figure speed --input "results/speed_layer_${tag}.json" --out "results/speed_layer_${tag}.png"
 $performer speed --layer-only --attention performer_softmax --mode fwdbwd --seq-lens 8192 \
