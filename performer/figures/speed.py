@@ -106,6 +106,12 @@ def render(input_path, out_path):
     where = "attention layer" if layer else f"{config} model"
     title = f"{where}, {TAGS.get(direction, direction)}, {MODES.get(mode, mode)}"
     for ax, ylabel in ((ax_time, "time per step (s), median"), (ax_mem, "peak memory (GiB)")):
+      if not any(len(line.get_xdata()) for line in ax.get_lines()):  # every row skipped or failed
+        statuses = ", ".join(sorted({r["status"] for r in group}))
+        ax.text(0.5, 0.5, f"nothing measured ({statuses})", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_title(title, fontsize=10)
+        continue
       ax.set_xscale("log", base=2)
       ax.set_yscale("log")
       if by_chunk:  # the measured block lengths in plain numbers; a narrow range: linear y

@@ -100,6 +100,17 @@ def test_exact_peers_are_dash_dotted_and_name_their_implementation(tmp_path, mon
                     "performer_softmax": "-", "performer_pytorch": ":"}
 
 
+def test_a_group_with_nothing_measured_says_so(tmp_path, monkeypatch):
+  rows = [_row("exact", 512, 0.0, status="skipped"), _row("performer_softmax", 512, 0.0,
+                                                          status="oom")]
+  rows.append({**_row("performer_softmax", 1024, 5.0, direction="bidirectional"),
+               "peak_bytes": None})  # a time but no memory reading
+  fig = _drawn(monkeypatch, tmp_path, rows)
+  texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+  assert texts.count("nothing measured (oom, skipped)") == 2  # the (U) time and memory panels
+  assert texts.count("nothing measured (ok)") == 1  # the (B) memory panel
+
+
 def test_another_experiment_is_named_in_the_error(tmp_path):
   src = tmp_path / "r.json"
   src.write_text(json.dumps({"experiment": "approx_error", "rows": [{}]}))
