@@ -325,8 +325,9 @@ def _find(rows, **keys):
   return None
 
 
-def _fastest(rows, attentions, length, value, **keys):
-  """(attention, value) of the lowest `value(row)` among `attentions` at `length`, or None.
+def _lowest(rows, attentions, length, value, **keys):
+  """(attention, value) of the lowest `value(row)` (time, memory) among `attentions` at `length`,
+  or None.
 
   An attention whose series failed (oom, timeout, error) at or below
   `length` counts as infinitely slow and large there; one not measured up
@@ -357,7 +358,7 @@ def crossover(rows, exact=EXACT, **keys):
           and all(r.get(k) == v for k, v in keys.items())}
   best = None
   for n in sorted(perf, reverse=True):
-    fastest = _fastest(rows, exact, n, lambda r: r["median_ms"], **keys)
+    fastest = _lowest(rows, exact, n, lambda r: r["median_ms"], **keys)
     if fastest is None:
       continue  # no exact attention measured at this L
     if perf[n]["median_ms"] < fastest[1]:
@@ -375,7 +376,7 @@ def memory_ratio(rows, exact=EXACT, **keys):
     if (r.get("attention") != "performer_softmax" or r.get("chunk_size") or r["status"] != "ok"
         or not r.get("peak_bytes") or not all(r.get(k) == v for k, v in keys.items())):
       continue
-    smallest = _fastest(rows, exact, r["L"], lambda e: e.get("peak_bytes") or math.inf, **keys)
+    smallest = _lowest(rows, exact, r["L"], lambda e: e.get("peak_bytes") or math.inf, **keys)
     if smallest is None:
       continue
     ratio = r["peak_bytes"] / smallest[1]
