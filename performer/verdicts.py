@@ -191,6 +191,42 @@ def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0, paired_seeds=False):
                   se_test=float(draws.std(ddof=1)), df=df, seeds=(a.seeds, b.seeds))
 
 
+def projected(a, b, evidence, seeds):
+  """The Evidence that `seeds` replicates per group would give, from what `a` and `b` show now.
+
+  Each group's seed variance is kept as measured and divided by `seeds`; the
+  test set's part is kept as measured (more seeds of the same models are
+  scored on the same sequences, so it shrinks little: the projection errs
+  towards too many seeds, not too few). The difference stays as measured: it
+  only says how precise a design would be, not what it would find.
+
+  Raises:
+    ValueError: a group has fewer than two seeds (no variance to project).
+  """
+  if min(a.seeds, b.seeds) < 2:
+    raise ValueError(f"a projection needs >= 2 seeds per group, has {a.seeds} and {b.seeds}")
+  parts = [acc.var(ddof=1) / seeds for acc in (a.accuracy(), b.accuracy())]
+  seed_var = sum(parts)
+  df = seed_var ** 2 / sum(p ** 2 / (seeds - 1) for p in parts) if seed_var > 0 else math.inf
+  return Evidence(diff=evidence.diff, se_seed=math.sqrt(seed_var), se_test=evidence.se_test,
+                  df=df, seeds=(seeds, seeds))
+
+
+def seeds_to_resolve(claim, a, b, evidence, most):
+  """The fewest seeds per group, more than now and at most `most`, at which the design's MDE
+  would fall below the claim's delta; None where it is below already or stays above.
+
+  This is the rule for spending more runs on a claim: only where more seeds
+  can make a difference of delta visible (see `projected`).
+  """
+  if min(a.seeds, b.seeds) < 2 or evidence.mde() < claim.delta:
+    return None
+  for n in range(max(a.seeds, b.seeds) + 1, most + 1):
+    if projected(a, b, evidence, n).mde() < claim.delta:
+      return n
+  return None
+
+
 def paired(a, b):
   """Evidence for mean(a) - mean(b) from replicates paired one to one (a[j] and b[j] share
   draw j, e.g. of the random features W): a t interval over the n differences, df = n - 1.

@@ -21,14 +21,14 @@ DELTA = 0.02  # 2 pp: about 1.5 times the design's MDE (3 seeds, 300 sequences)
 TRIALS = 200
 
 
-def _experiment(rng, offsets, seeds=SEEDS):
+def _experiment(rng, offsets, seeds=SEEDS, seed_sd=SEED_SD):
   """{name: Replicates} of models with true accuracy offsets `offsets` on one test set."""
   base = rng.beta(4, 20, size=N)  # difficulty of the drawn test sequences (mean ~17%)
   tokens = rng.integers(TOKENS // 2, 2 * TOKENS, size=N).astype(float)
   out = {}
   for name, offset in offsets.items():
     own = rng.normal(0, SEQUENCE_SD, size=N)  # this model's per-sequence deviation
-    p = base + offset + own + rng.normal(0, SEED_SD, size=(seeds, 1))
+    p = base + offset + own + rng.normal(0, seed_sd, size=(seeds, 1))
     correct = rng.binomial(np.broadcast_to(tokens, p.shape).astype(int), np.clip(p, 0, 1))
     out[name] = Replicates(correct, np.broadcast_to(tokens, p.shape))
   return out
@@ -209,3 +209,35 @@ def test_paired_seeds_remove_the_luck_rows_share_and_keep_the_error_rate():
       np.std(a.accuracy() - b.accuracy(), ddof=1) / math.sqrt(3))
   with pytest.raises(ValueError, match="as many seeds"):
     verdicts.estimate(a, _shared_seed_luck(rng, 0.0, seeds=2)[0], paired_seeds=True)
+
+
+def test_the_seed_projection_predicts_the_mde_that_more_seeds_then_have():
+  # Seed noise dominant (1 pp between seeds): 3 seeds cannot see 2 pp, more can.
+  rng = np.random.default_rng(10)
+  noisy = lambda seeds: _experiment(rng, {"a": 0.0, "b": 0.0}, seeds=seeds, seed_sd=0.01)
+  claim = _claim("matches", delta=0.02)
+  wanted, projected = [], []
+  for i in range(40):
+    g = noisy(3)
+    ev = verdicts.estimate(g["a"], g["b"], bootstrap=100, seed=i)
+    n = verdicts.seeds_to_resolve(claim, g["a"], g["b"], ev, most=12)
+    wanted.append(n)
+    projected.append(verdicts.projected(g["a"], g["b"], ev, 8).mde())
+  assert all(n is None or 4 <= n <= 12 for n in wanted) and sum(n is not None for n in wanted) > 20
+  actual = []
+  for i in range(40):
+    g = noisy(8)
+    actual.append(verdicts.estimate(g["a"], g["b"], bootstrap=100, seed=i).mde())
+  # The projection from 3 seeds lands near what 8 seeds then show (its median within 20%).
+  assert np.median(projected) == pytest.approx(np.median(actual), rel=0.2)
+  assert np.median(actual) < claim.delta < np.median(
+      [verdicts.estimate(*noisy(3).values(), bootstrap=100).mde() for _ in range(20)])
+  # Already below delta, or one seed only: nothing to add.
+  quiet = _experiment(rng, {"a": 0.0, "b": 0.0})
+  ev = verdicts.estimate(quiet["a"], quiet["b"], bootstrap=100)
+  assert verdicts.seeds_to_resolve(claim, quiet["a"], quiet["b"], ev, most=12) is None
+  single = _experiment(rng, {"a": 0.0, "b": 0.0}, seeds=1)
+  ev = verdicts.estimate(single["a"], single["b"], bootstrap=50)
+  assert verdicts.seeds_to_resolve(claim, single["a"], single["b"], ev, most=12) is None
+  with pytest.raises(ValueError, match=">= 2 seeds"):
+    verdicts.projected(single["a"], single["b"], ev, 5)

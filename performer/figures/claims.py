@@ -49,6 +49,9 @@ from performer.figures import paper, runs
 from performer.figures.tables import Column, csv_path, write_table
 
 DELTA_FRACTION = 0.1
+# More seeds than three only where they bring the MDE under delta (verdicts.seeds_to_resolve),
+# up to this many: beyond five the test set's part of the error dominates at our scale.
+MOST_SEEDS = 5
 CONTROL = "Identity"
 COLUMNS = (Column("family"), Column("claim"), Column("paper"), Column("difference (pp)"),
            Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
@@ -219,6 +222,26 @@ def decide(loaded, *, bootstrap=verdicts.BOOTSTRAP):
   return decided, gates
 
 
+def more_seeds(loaded, decided, most=MOST_SEEDS):
+  """[{claim, direction, attention: [a, b], settings: [a, b], seeds}] for each inconclusive claim
+  whose MDE more seeds per group (at most `most`) would bring under its delta: the runs worth
+  adding (performer/plans/fig6.py reads them)."""
+  by_group = groups(loaded)
+  out = []
+  for v in decided:
+    if v.verdict != verdicts.INCONCLUSIVE or v.evidence is None:
+      continue
+    c = next(c for c in CLAIMS if c.id == v.claim.id)
+    keys = [_side(c.direction, side) for side in (c.a, c.b)]
+    (a, _), (b, _) = (replicates(by_group[k]) for k in keys)
+    n = verdicts.seeds_to_resolve(v.claim, a, b, v.evidence, most)
+    if n:
+      out.append({"claim": c.id, "direction": c.direction, "seeds": n,
+                  "attention": [by_group[k][0].attention for k in keys],
+                  "settings": [side[1] for side in (c.a, c.b)]})
+  return out
+
+
 def _name(key):
   _, label, settings = key
   return label + ("" if settings == "{}" else f" {settings}")
@@ -268,7 +291,8 @@ def _gate_note(direction, gate):
 def render(run_dirs, out_path):
   """Reads run folders and writes the claims table to out_path (Markdown), its .csv twin and
   a .json twin: {"gates": {direction: {passed, difference, interval, mde, seeds}}, "claims":
-  [{id, kind, verdict, reason}]} (differences as fractions, not pp), which the fig6 plan reads.
+  [{id, kind, verdict, reason}], "more_seeds": `more_seeds`} (differences as fractions, not
+  pp), which the fig6 plan reads.
 
   Returns:
     (markdown path, csv path, json path).
@@ -279,8 +303,13 @@ def render(run_dirs, out_path):
   csv_path(out_path)  # a wrong --out fails before reading
   loaded = runs.load_runs(run_dirs)
   decided, gates = decide(loaded)
+  wanted = more_seeds(loaded, decided)
   gate_notes = [_gate_note(d, g) for d, g in gates.items()]
-  notes = [*gate_notes, _ood(loaded),
+  seed_note = (f"Seeds per model (at most {MOST_SEEDS}) that would bring an inconclusive claim's "
+               "MDE under its delta (verdicts.seeds_to_resolve; the fig6 plan runs them for "
+               "Table 2's claims): "
+               + ("; ".join(f"{w['claim']}: {w['seeds']}" for w in wanted) or "none"))
+  notes = [*gate_notes, seed_note, _ood(loaded),
            "Differences: mean test accuracy of the first model minus the second, over seeds; "
            "intervals combine the seeds' t interval and a paired bootstrap over test sequences. "
            + runs.SCORED,
@@ -294,7 +323,8 @@ def render(run_dirs, out_path):
   json_path = os.path.splitext(out_path)[0] + ".json"
   record = {"gates": {d: gate_record(g) for d, g in gates.items()},
             "claims": [{"id": v.claim.id, "kind": v.claim.kind, "verdict": v.verdict,
-                        "reason": v.reason} for v in decided]}
+                        "reason": v.reason} for v in decided],
+            "more_seeds": wanted}
   with atomic_path(json_path) as tmp, open(tmp, "w") as f:
     json.dump(record, f, indent=1)
   return (*written, json_path)

@@ -111,8 +111,8 @@ def main(args):
     added = [j.name for j in grown.jobs if j.name not in plan.fingerprints]
     if status or not added:
       return status
-    say(f"a decision of the plan added {len(added)} jobs (the fig6 gate, performer/plans/fig6.py,"
-        " or the recall study's learning rates, recall.py); going on")
+    say(f"a decision of the plan added {len(added)} jobs (fig6's gate or seeds, "
+        "performer/plans/fig6.py, or the recall study's learning rates, recall.py); going on")
     plan = grown
 
 

@@ -13,9 +13,13 @@ others; `fig6_gate` decides the gate (figure claims on the gate's runs, its
 .json beside the table). The later seeds of the other models join the plan
 only in a direction whose gate passed: where exact attention does not beat
 the control clearly, the claims are "not testable at this scale" whatever
-more seeds would show. The local launcher builds the plan again when the
-gate file appears and goes on; under SLURM, run `performer reproduce` again
-after it.
+more seeds would show. Once every run of those three seeds is archived,
+`fig6_seeds` decides the claims on them and projects where more seeds (up
+to claims.MOST_SEEDS per model) would bring an inconclusive claim's minimum
+detectable effect under its delta; only the models of those claims get the
+extra seeds. The local launcher builds the plan again when a decision file
+appears and goes on; under SLURM, run `performer reproduce` again after
+each.
 
 Each run is archived once evaluated (archive.py: its config, metrics and
 per-sequence evals under <results>/runs/, small enough to commit), and the
@@ -26,6 +30,7 @@ curves.
 
 
 from performer import attention
+from performer.figures import claims
 from performer.plans import job as job_lib
 from performer.plans.context import options
 
@@ -37,6 +42,7 @@ MODELS = {"u": ("exact", "performer_relu", "performer_softmax", "reformer", "ide
 REPLICATES = (0, 1, 2)
 GATE = ("identity", "exact")  # every seed of these first: the scale gate reads them
 GATE_FILE = "fig6_gate.md"  # figure claims of the gate's runs; its .json says passed or not
+SEEDS_FILE = "fig6_seeds.md"  # figure claims of the REPLICATES' runs; its .json's "more_seeds"
 
 
 def attention_options(ctx, name):
@@ -57,15 +63,34 @@ def gates(ctx):
                                                  for d, g in record["gates"].items()})
 
 
-def sweep(ctx):
+def more_seeds(ctx):
+  """{(direction, attention): seeds} the seeds decision asks for ({} before it is written)."""
+  def read(record):
+    out = {}
+    for want in record["more_seeds"]:
+      for name in want["attention"]:
+        key = (want["direction"].lower(), name)
+        out[key] = max(out.get(key, 0), min(int(want["seeds"]), claims.MOST_SEEDS))
+    return out
+  return ctx.decision(SEEDS_FILE, read)
+
+
+def sweep(ctx, extra=True):
   """The runs' settings: every seed of the gate's models; of the others seed 0, and the later
-  seeds only in a direction whose gate has passed (every seed when the budget is not staged)."""
+  seeds only in a direction whose gate has passed (every seed when the budget is not staged);
+  then, with `extra`, the seeds beyond REPLICATES that the seeds decision asks for."""
   passed = gates(ctx) if ctx.budget.staged else {d: True for d in MODELS}
   order = lambda name: GATE.index(name) if name in GATE else len(GATE)
-  return [dict(direction=d, attention=a, seed=seed)
-          for stage in ("gate", "rest") for seed in REPLICATES
+  out = [dict(direction=d, attention=a, seed=seed)
+         for stage in ("gate", "rest") for seed in REPLICATES
+         for d, names in MODELS.items() for a in sorted(names, key=order)
+         if (a in GATE) == (stage == "gate") and (a in GATE or not seed or passed.get(d))]
+  wanted = more_seeds(ctx) if extra and ctx.budget.staged else {}
+  out += [dict(direction=d, attention=a, seed=seed)
+          for seed in range(len(REPLICATES), claims.MOST_SEEDS)
           for d, names in MODELS.items() for a in sorted(names, key=order)
-          if (a in GATE) == (stage == "gate") and (a in GATE or not seed or passed.get(d))]
+          if wanted.get((d, a), 0) > seed]
+  return out
 
 
 def run_name(settings):
@@ -74,8 +99,8 @@ def run_name(settings):
 
 
 def gate_runs(ctx):
-  """Names of the scale gate's runs (every seed of GATE's models)."""
-  return [run_name(s) for s in sweep(ctx) if s["attention"] in GATE]
+  """Names of the scale gate's runs (every seed in REPLICATES of GATE's models)."""
+  return [run_name(s) for s in sweep(ctx, extra=False) if s["attention"] in GATE]
 
 
 def jobs(ctx):
@@ -88,9 +113,13 @@ def jobs(ctx):
     evaluate, archive = ctx.evaluated(train, ("test", "ood"), study=STUDY)
     out += [train, evaluate, archive]
     archives[name] = (s, archive)
-  gate = [name for name, (s, _) in archives.items() if s["attention"] in GATE]
+  gate = gate_runs(ctx)  # not the seeds a later decision adds: the gate stays as decided
   out.append(ctx.figure("fig6_gate", ("claims", "--runs", *map(ctx.archived, gate)), GATE_FILE,
                         needs=[archives[n][1].name for n in gate], study=STUDY))
+  if ctx.budget.staged and gates(ctx):  # the REPLICATES' runs are all known once the gate is
+    base = [run_name(s) for s in sweep(ctx, extra=False)]
+    out.append(ctx.figure("fig6_seeds", ("claims", "--runs", *map(ctx.archived, base)),
+                          SEEDS_FILE, needs=[archives[n][1].name for n in base], study=STUDY))
   runs = list(map(ctx.archived, archives))
   needs = [a.name for _, a in archives.values()]
   out.append(ctx.figure("table1", ("table1", "--input", ctx.data), "table1.md", needs=("proteins",),

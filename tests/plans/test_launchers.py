@@ -280,7 +280,7 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
     assert status == 2 and err.startswith(f"performer reproduce: error: {message}"), (args, err)
 
 
-def test_the_local_launcher_goes_on_when_the_fig6_gate_adds_jobs(tmp_path, monkeypatch):
+def test_the_local_launcher_goes_on_when_a_fig6_decision_adds_jobs(tmp_path, monkeypatch):
   from performer.plans import command  # pylint: disable=import-outside-toplevel
   results, seen = tmp_path / "results", []
   def run(plan, *, jobs, say):
@@ -290,12 +290,17 @@ def test_the_local_launcher_goes_on_when_the_fig6_gate_adds_jobs(tmp_path, monke
       results.mkdir()
       (results / "fig6_gate.json").write_text(json.dumps(
           {"gates": {"U": {"passed": True}, "B": {"passed": False}}}))
+    if len(seen) == 2:  # the second with the seeds decided: two more of (U) Reformer
+      (results / "fig6_seeds.json").write_text(json.dumps({"more_seeds": [
+          {"direction": "U", "attention": ["reformer"], "seeds": 5}]}))
     return 0
   monkeypatch.setattr(local, "run", run)
   monkeypatch.setattr(command, "_check_before_work", lambda plan, dry_run: None)
   assert cli.main(["reproduce", "--only", "fig6", "--runs", str(tmp_path / "runs"),
                    "--results", str(results)]) == 0
-  assert len(seen) == 2  # once more with the grown plan, then no growth: done
-  assert sorted(seen[1] - seen[0]) == sorted(
+  assert len(seen) == 3  # once more with each grown plan, then no growth: done
+  assert sorted(seen[1] - seen[0]) == sorted(["fig6_seeds", *(
       f"u_{a}_seed{s}{job}" for a in ("performer_relu", "performer_softmax", "reformer")
-      for s in (1, 2) for job in ("", "_eval", "_archive"))
+      for s in (1, 2) for job in ("", "_eval", "_archive"))])
+  assert sorted(seen[2] - seen[1]) == sorted(
+      f"u_reformer_seed{s}{job}" for s in (3, 4) for job in ("", "_eval", "_archive"))

@@ -68,7 +68,8 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
   assert fig6 == {f"{d}_{a}" for d, names in fig6_plan.MODELS.items() for a in names} | {
       f"{d}_{a}_seed{s}" for d, names in fig6_plan.MODELS.items() for a in names if a in later
       for s in (1, 2)}
-  added = {n for n in fig6 if n not in recorded}
+  # and a third seed of W in Fig. 15 (the rule's floor of three replicates).
+  added = {n for n in fig6 if n not in recorded} | {"fig15_redraw_f3", "fig15_no_redraw_f3"}
   assert sorted(set(trains) - added) == sorted(set(recorded) - (
       {"u_performer_relu_seed1"} if budget != "tiny" else set()))
   for name in added:
@@ -151,9 +152,9 @@ def test_the_later_seeds_of_a_direction_join_the_plan_once_its_gate_passed(mini)
     json.dump({"gates": {"U": {"passed": True}, "B": {"passed": False}}}, f)
   after = {j.name: j for j in plans.build(mini)}
   added = sorted(set(after) - before)
-  assert added == sorted(f"u_{a}_seed{s}{job}" for a in ("performer_relu", "performer_softmax",
-                                                          "reformer") for s in (1, 2)
-                         for job in ("", "_eval", "_archive"))
+  assert added == sorted(["fig6_seeds", *(f"u_{a}_seed{s}{job}" for a in (
+      "performer_relu", "performer_softmax", "reformer") for s in (1, 2)
+      for job in ("", "_eval", "_archive"))])
   table2 = after["table2"].command
   assert f"{mini.results}/runs/u_reformer_seed2" in table2  # the tables read the archives
   assert "u_reformer_seed2_archive" in after["table2"].needs
@@ -234,3 +235,29 @@ def test_unknown_budget_and_bad_steps_are_refused(tmp_path):
     plans.context("huge")
   with pytest.raises(UserError, match="--steps must be a positive integer, got 0"):
     plans.context("mini", runs=str(tmp_path), steps=0)
+
+
+def test_the_seeds_decision_adds_seeds_only_to_the_models_of_its_claims(mini):
+  assert "fig6_seeds" not in {j.name for j in plans.build(mini)}  # not before the gate
+  os.makedirs(mini.results)
+  with open(os.path.join(mini.results, "fig6_gate.json"), "w") as f:
+    json.dump({"gates": {"U": {"passed": True}, "B": {"passed": True}}}, f)
+  before = {j.name: j for j in plans.build(mini)}
+  decision = before["fig6_seeds"]
+  read = decision.command[decision.command.index("--runs") + 1:decision.command.index("--out")]
+  assert len(read) == 30 and not any("seed3" in r for r in read)  # the three seeds' runs
+  assert decision.outputs == (os.path.join(mini.results, "fig6_seeds.md"),)
+  want = lambda claim, attention, seeds: {"claim": claim, "direction": "B", "seeds": seeds,
+                                          "attention": attention, "settings": [{}, {}]}
+  with open(os.path.join(mini.results, "fig6_seeds.json"), "w") as f:
+    json.dump({"more_seeds": [want("softmax", ["performer_softmax", "exact"], 4),
+                              want("relu", ["performer_relu", "exact"], 9)]}, f)
+  after = {j.name: j for j in plans.build(mini)}
+  added = sorted(n for n in set(after) - set(before) if after[n].kind == "train")
+  # at most claims.MOST_SEEDS (5) per model, whatever the decision asks
+  assert added == ["b_exact_seed3", "b_exact_seed4", "b_performer_relu_seed3",
+                   "b_performer_relu_seed4", "b_performer_softmax_seed3"]
+  for name in ("fig6_seeds", "fig6_gate"):  # the decisions do not move
+    assert after[name].command == before[name].command
+  assert f"{mini.results}/runs/b_exact_seed4" in after["claims"].command
+  assert after["b_performer_softmax_seed3"].settings["seed"] == 3
