@@ -7,6 +7,7 @@ import pytest
 
 from performer import configurables, plans
 from performer.errors import UserError
+from performer.plans import fig5 as fig5_plan
 from performer.plans import fig6 as fig6_plan
 from performer.plans import job as job_lib
 from performer.plans import recall as recall_plan
@@ -69,9 +70,10 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
       f"{d}_{a}_seed{s}" for d, names in fig6_plan.MODELS.items() for a in names if a in later
       for s in (1, 2)}
   # and the rule's floor of three replicates: a third seed of W in Fig. 15, seeds 1-2 of the
-  # kernels Fig. 16's claim compares.
+  # kernels Fig. 16's claim compares and of the Fig. 5 protein fine-tunes.
+  fig5 = [f"fig5_{d}_{v}" for d, vs in fig5_plan.PROTEIN.items() for v in vs]
   added = {n for n in fig6 if n not in recorded} | {"fig15_redraw_f3", "fig15_no_redraw_f3"} | {
-      f"fig16_{k}_seed{s}" for k in ("relu", "trig") for s in (1, 2)}
+      f"{name}_seed{s}" for name in ("fig16_relu", "fig16_trig", *fig5) for s in (1, 2)}
   assert sorted(set(trains) - added) == sorted(set(recorded) - (
       {"u_performer_relu_seed1"} if budget != "tiny" else set()))
   for name in added:
