@@ -54,7 +54,8 @@ def main():
   if args.out:
     record = {"input": os.path.basename(args.fasta), "bytes": os.path.getsize(args.fasta),
               "times_s": times, "median_s": medians, "ratio": ratio, "target": TARGET,
-              "met": ratio <= TARGET, "output_folder": tempfile.gettempdir(), "cores": os.cpu_count(), "machine": platform.machine(),
+              "met": ratio <= TARGET, "output_folder": tempfile.gettempdir(),
+              "cores": os.cpu_count(), "machine": platform.machine(),
               "load_average": os.getloadavg()}
     with open(args.out, "w") as f:
       json.dump(record, f, indent=1)

@@ -23,9 +23,7 @@ def sweep():
 
 def jobs(ctx):
   budget = ctx.budget
-  out = [ctx.protein(job_lib.run_name("fig16_{kernel}" + ("_seed{seed}" if "seed" in settings
-                                                            else ""), settings),
-                     "b_performer_kernels",
+  out = [ctx.protein(job_lib.replicate_name("fig16_{kernel}", settings), "b_performer_kernels",
                      (*short(budget.kernel_steps),
                       options(num_features=budget.num_features, redraw_every=budget.redraw_every,
                               kernel=settings["kernel"])),

@@ -56,8 +56,7 @@ def jobs(ctx):
         settings = {"direction": direction, "source": source, "variant": variant}
         settings |= {"seed": seed} if seed else {}
         out.append(ctx.protein(
-            job_lib.run_name("fig5_{direction}_{variant}" + ("_seed{seed}" if seed else ""),
-                             settings),
+            job_lib.replicate_name("fig5_{direction}_{variant}", settings),
             f"{direction}_{VARIANTS[variant][0]}",
             (*_from(ctx, source, ctx.budget.finetune_steps), *_options(ctx, variant)),
             seed=seed, needs=(source,), study=STUDY, settings=settings))

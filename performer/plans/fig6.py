@@ -94,8 +94,7 @@ def sweep(ctx, extra=True):
 
 
 def run_name(settings):
-  return job_lib.run_name("{direction}_{attention}" + ("_seed{seed}" if settings["seed"] else ""),
-                          settings)
+  return job_lib.replicate_name("{direction}_{attention}", settings)
 
 
 def gate_runs(ctx):

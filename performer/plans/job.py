@@ -109,6 +109,12 @@ def run_name(template, settings):
         from None
 
 
+def replicate_name(template, settings):
+  """run_name of a replicated run: seed 0 (or no seed) keeps the template's name, seed s > 0
+  adds "_seed{s}", so adding replicates renames no run that came before them."""
+  return run_name(template + ("_seed{seed}" if settings.get("seed") else ""), settings)
+
+
 def _word(value):
   if isinstance(value, bool):
     return "on" if value else "off"
