@@ -39,6 +39,7 @@ from performer.flags import flag
 KIND = "mqar"
 SPLITS = ("train", "valid", "test")
 FILLER = 0
+MAX_VOCAB = 2**31 - 1  # token ids are int32
 _SPLIT_CODE = {"train": 0, "valid": 1, "test": 2}
 
 SUMMARY = "multi-query associative recall (Zoology's MQAR): a generated dataset's folder"
@@ -57,8 +58,10 @@ class MQARConfig:
     UserError (when built): a size that leaves no room for the keys,
       values or query slots, or power_a outside (0, 1].
   """
-  vocab_size: int = flag(8192, "V: keys come from [1, V/2), values from [V/2, V)")
-  seq_len: int = flag(64, "L: tokens per example (DataConfig.seq_len must equal it)")
+  vocab_size: int = flag(8192, "V: keys come from [1, V/2), values from [V/2, V); needs "
+                              "V/2 - 1 >= kv")
+  seq_len: int = flag(64, "L: tokens per example (DataConfig.seq_len must equal it); needs "
+                          "L >= 4 kv; an odd L ends in one filler token")
   num_kv: int = flag(4, "kv: key-value pairs, and queries, per example")
   power_a: float = flag(0.01, "a: query slot i is drawn with probability proportional to "
                               "a i^(a-1)")
@@ -70,13 +73,16 @@ class MQARConfig:
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise UserError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+    if self.vocab_size > MAX_VOCAB:
+      raise UserError(f"--vocab-size must be at most {MAX_VOCAB} (token ids are int32), got "
+                      f"{self.vocab_size}")
     if self.vocab_size // 2 - 1 < self.num_kv:
       raise UserError(f"--vocab-size {self.vocab_size} has fewer than --num-kv {self.num_kv} "
                       "keys in [1, V/2)")
     if self.slots < self.num_kv:
-      raise UserError(f"--seq-len {self.seq_len} leaves {self.slots} query slots after a context "
-                      f"of {2 * self.num_kv} tokens, fewer than --num-kv {self.num_kv}: it must "
-                      f"be >= {4 * self.num_kv}")
+      raise UserError(f"--seq-len {self.seq_len} leaves {max(self.slots, 0)} two-token query "
+                      f"slots after a context of {2 * self.num_kv} tokens, fewer than --num-kv "
+                      f"{self.num_kv}: it must be >= {4 * self.num_kv}")
     if not 0 < self.power_a <= 1:
       raise UserError(f"--power-a must be in (0, 1], got {self.power_a!r}")
     if self.seed < 0:

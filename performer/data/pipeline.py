@@ -75,8 +75,8 @@ def _manifest(cfg):
     with open(os.path.join(cfg.path, "manifest.json")) as f:
       return json.load(f)
   except (FileNotFoundError, NotADirectoryError):
-    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl or "
-                    "prepare-pg19 first)") from None
+    raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl, "
+                    "prepare-pg19 or prepare-mqar first)") from None
 
 
 def _kind(cfg):

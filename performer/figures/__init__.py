@@ -66,8 +66,9 @@ RUNS = frozenset({"backward-compat", "claims", "curves", "kernels", "recall", "r
                   "redraw", "table2"})
 # A runs figure's file in the first run's parent folder, when not <name>.png / <name>.md.
 RUN_FILES = {"curves": "fig6_{metric}.png", "backward-compat": "fig5_backward_compat.png",
-             "kernels": "fig16_kernels.png", "redraw": "fig15_redraw.png"}
-TABLES = frozenset({"claims", "table1", "table2"})
+             "kernels": "fig16_kernels.png", "redraw": "fig15_redraw.png",
+             "recall-lr": "recall_lr.md"}
+TABLES = frozenset({"claims", "recall-lr", "table1", "table2"})
 
 
 SUMMARY = "draw a paper figure or table from result files or runs"
@@ -86,14 +87,16 @@ class Flags:
       "command writes by default, e.g. runs/approx_error.json, runs/data/trembl-sample")
   runs: tuple[str, ...] | None = flag(
       None, "run folders (`performer train` workdirs) for table2, claims, curves, "
-      "backward-compat, kernels, redraw", nargs="+", metavar="RUN")
+      "backward-compat, kernels, redraw, recall, recall-lr (recall runs record their task, row, "
+      "lr and seed in TrainConfig.settings: README.md, 'Associative recall')", nargs="+",
+      metavar="RUN")
   metric: str | None = flag(None, "what curves draws against the step", shown="accuracy, in %",
                             metavar="{accuracy,perplexity,loss}")
   out: str | None = flag(
       None, "output image (its extension names the format) or, for a table, NAME.md (NAME.csv "
       "is written beside it)", shown="beside the input, <input stem>_<name>.png or .md "
       "(runs/speed_speed.png), or in the first run's parent folder, <name>.md or "
-      "fig6_<metric>.png (fig16_kernels.png, fig15_redraw.png)")
+      "fig6_<metric>.png (fig16_kernels.png, fig15_redraw.png, recall.png, recall_lr.md)")
 
 
 FLAGS = (Flags,)

@@ -30,6 +30,7 @@ beat the control by verdicts.GATE_FACTOR MDEs, else "not testable".
 
 import json
 import os
+import re
 
 import matplotlib
 
@@ -116,17 +117,32 @@ def _by_task(loaded):
   """{task: {row: [runs by seed]}}.
 
   Raises:
-    UserError: a run without the recall study's settings.
+    UserError: a run without the recall study's settings, or with malformed
+      ones, or one neither evaluated on test nor diverged.
   """
   out = {}
   for run in loaded:
     task, row = run.settings.get("task"), run.settings.get("row")
     if not task or not row:
       raise UserError(f"{run.path}: not a recall run (its config.json records no task and row; "
-                      "runs of performer reproduce --only recall do)")
+                      "runs of performer reproduce --only recall do, README.md says how to "
+                      "record them by hand)")
+    check_settings(run.path, task, row)
+    if "test" not in run.evals and not run.failed:
+      raise UserError(f"{run.path}: no eval_test.json (run performer eval --split test)")
     out.setdefault(task, {}).setdefault(row, []).append(run)
   return {t: {r: sorted(g, key=lambda run: run.seed) for r, g in rows.items()}
           for t, rows in sorted(out.items(), key=lambda kv: task_key(kv[0]))}
+
+
+def check_settings(path, task, row):
+  """Raises UserError unless `task` reads 'L<seq_len>_kv<num_kv>' and `row` is one of the study's
+  rows (plans/recall.py: LABELS' names or 'favor_m<m>')."""
+  if not re.fullmatch(r"L\d+_kv\d+", str(task)):
+    raise UserError(f"{path}: recorded task {task!r} is not L<seq_len>_kv<num_kv>, e.g. L64_kv4")
+  if row not in LABELS and not re.fullmatch(r"favor_m\d+", str(row)):
+    raise UserError(f"{path}: recorded row {row!r} is not a row of the recall study (one of "
+                    f"favor_m<m>, {', '.join(LABELS)})")
 
 
 def task_key(task):
@@ -290,8 +306,10 @@ def _draw(left, right, task, rows, means):
     ax.grid(alpha=0.3)
   left.set_title(f"MQAR {task}: accuracy against state size")
   right.set_title(f"MQAR {task}: random-feature rows against m")
-  left.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-  right.legend(fontsize=7, loc="lower right")
+  for ax, where in ((left, dict(loc="center left", bbox_to_anchor=(1.0, 0.5))),
+                    (right, dict(loc="lower right"))):
+    if ax.get_legend_handles_labels()[0]:  # a panel without rows (no random features) has none
+      ax.legend(fontsize=7, **where)
 
 
 def _num_features(run):

@@ -10,7 +10,7 @@ import os
 from performer.atomic import atomic_path
 from performer.errors import UserError
 from performer.figures import runs as runs_lib
-from performer.figures.recall import label, task_key
+from performer.figures.recall import check_settings, label, task_key
 from performer.figures.tables import Column, write_table
 
 LR_COLUMNS = (Column("task"), Column("row"), Column("learning rate", "{:g}"),
@@ -31,6 +31,7 @@ def render(run_dirs, out_path):
     task, row, lr = (run.settings.get(k) for k in ("task", "row", "lr"))
     if not task or not row or lr is None:
       raise UserError(f"{run.path}: not a recall tuning run (no task, row and lr settings)")
+    check_settings(run.path, task, row)
     path = os.path.join(run.path, "eval_valid.json")
     if not os.path.isfile(path):
       raise UserError(f"{run.path}: no eval_valid.json (run performer eval --split valid)")

@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils
 from performer.atomic import atomic_path
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.train import metrics, sharding, steps
+from performer.train import metrics, resume, sharding, steps
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.config import Config
@@ -156,7 +156,8 @@ def run(workdir, split, *, mask_draws=MASK_DRAWS):
   A (B) model is scored over `mask_draws` draws of its masks (see MASK_DRAWS).
 
   Raises:
-    UserError: no trained run in workdir, or no such split in its dataset.
+    UserError: no trained run in workdir, no such split in its dataset, or
+      a dataset at DataConfig.path other than the one the run trained on.
   """
   return run_splits(workdir, (split,), mask_draws=mask_draws)[0]
 
@@ -166,6 +167,7 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
   if mask_draws < 1:
     raise UserError(f"--mask-draws must be >= 1, got {mask_draws}")
   cfg = Config.load(workdir)
+  resume.check_dataset(workdir, cfg.data.path)
   model, optimizer = state_lib.build(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
   every = [pipeline.batches(cfg.data, split, causal=cfg.model.causal, **_process())

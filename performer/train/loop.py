@@ -82,6 +82,7 @@ def run(cfg, workdir, *, progress=True, records=None):
     if start:  # the same run only; allowed changes (steps, cadence) go to resumes.jsonl
       for field, old, new in resume.check(workdir, cfg, start, record=jax.process_index() == 0):
         say(f"resuming with {field} {old!r} -> {new!r}")
+      resume.check_dataset(workdir, cfg.data.path)
     if start >= train.steps:
       say(f"{workdir} is complete: its latest checkpoint is step {start} "
           f"(TrainConfig.steps = {train.steps}); nothing to train")
@@ -102,7 +103,7 @@ def run(cfg, workdir, *, progress=True, records=None):
     first = next(batches)
     train_step = state_lib.jit_train_step(cfg, mesh, graphdef, shardings).lower(state, first, start).compile()
     state_lib.check_memory(train_step)
-    _write_config(workdir, cfg, records or {})
+    _write_config(workdir, cfg, {**(records or {}), **resume.dataset_record(cfg.data.path)})
     writer = MetricWriter(workdir, start=start)
     if train.init_from and not start:  # Fig. 5's point: the transferred model, before any step
       writer.write(0, validate(), "valid")

@@ -21,6 +21,7 @@ MAY_CHANGE = {("train", "steps"), ("train", "log_every"), ("train", "eval_every"
               ("train", "checkpoint_every"), ("train", "eval_batches"), ("train", "settings")}
 MAY_CHANGE_GROUPS = ("mesh",)
 RESUMES = "resumes.jsonl"
+DATASET = "dataset.json"  # the fingerprint of the dataset the run trained on (check_dataset)
 
 
 def differences(before, after):
@@ -86,9 +87,46 @@ def _may_change(field, before, after):
 
 
 def _manifest(path):
-  """The dataset's recorded identity (manifest.json's fingerprint), or None."""
+  """The dataset's recorded identity (manifest.json's fingerprint) as sorted JSON, or None."""
+  fingerprint = _fingerprint(os.path.join(path, "manifest.json"))
+  return None if fingerprint is None else json.dumps(fingerprint, sort_keys=True)
+
+
+def _fingerprint(path):
+  """The "fingerprint" dict of a manifest.json or DATASET file, or None."""
   try:
-    with open(os.path.join(path, "manifest.json")) as f:
-      return json.dumps(json.load(f).get("fingerprint"), sort_keys=True)
+    with open(path) as f:
+      fingerprint = json.load(f).get("fingerprint")
   except (OSError, ValueError, AttributeError):
     return None
+  return fingerprint if isinstance(fingerprint, dict) else None
+
+
+def dataset_record(path):
+  """{DATASET: text}: the fingerprint of the dataset at `path`, for the workdir (train writes it)."""
+  return {DATASET: json.dumps({"path": path, "fingerprint": _fingerprint(
+      os.path.join(path, "manifest.json"))}, indent=1, sort_keys=True)}
+
+
+def check_dataset(workdir, path):
+  """Refuses to resume or evaluate `workdir` on a dataset at `path` other than the one it trained on.
+
+  A folder re-prepared under the same path (another V, seed or source)
+  would otherwise be read by a model whose embeddings do not fit it: NaN
+  losses, or a silently different test set. Does nothing for a workdir that
+  recorded no dataset (trained before DATASET existed).
+
+  Raises:
+    UserError: naming the first field of the fingerprint that differs.
+  """
+  before = _fingerprint(os.path.join(workdir, DATASET))
+  if before is None:
+    return
+  now = _fingerprint(os.path.join(path, "manifest.json")) or {}
+  changed = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+  if changed:
+    k = changed[0]
+    raise UserError(f"{path} holds another dataset than {workdir} trained on: {k} is "
+                    f"{now.get(k)!r} there and was {before.get(k)!r} "
+                    f"({os.path.join(workdir, DATASET)}); prepare it again as it was, or point "
+                    "DataConfig.path at that dataset")

@@ -107,7 +107,11 @@ def test_bad_input_gets_one_line_errors(folder, tmp_path, capsys):
     pipeline.batches(_data(folder), "ood", causal=True)
   out = str(tmp_path / "t")
   assert cli.main(["prepare-mqar", "--out", out, "--seq-len", "10", "--num-kv", "4"]) == 2
-  assert "--seq-len 10 leaves 1 query slots" in capsys.readouterr().err
+  assert "--seq-len 10 leaves 1 two-token query slots" in capsys.readouterr().err
+  assert cli.main(["prepare-mqar", "--out", out, "--seq-len", "4", "--num-kv", "4"]) == 2
+  assert "leaves 0 two-token" in capsys.readouterr().err  # not a negative count
+  assert cli.main(["prepare-mqar", "--out", out, "--vocab-size", str(2**31)]) == 2  # int32 ids
+  assert "at most 2147483647" in capsys.readouterr().err
   assert cli.main(["prepare-mqar", "--out", out, "--power-a", "0"]) == 2
   assert cli.main(["prepare-mqar", "--out", out, "--vocab-size", "6", "--num-kv", "4"]) == 2
   assert cli.main(["prepare-mqar", "--out", out, "--seq-len", "32"]) == 0

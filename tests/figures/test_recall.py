@@ -1,6 +1,7 @@
 """figure recall and recall-lr on hand-written recall runs whose verdicts are known."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -19,13 +20,14 @@ ROWS = {"exact": ("exact", {}), "identity": ("identity", {}),
                                       "feature_dim": 16})}
 
 
-def _run(root, row, seed, correct, *, lr=1e-3, stage="replicate", valid=None, step=100):
+def _run(root, row, seed, correct, *, lr=1e-3, stage="replicate", valid=None, step=100,
+         task="L64_kv4"):
   """A recall run folder: config, metrics and a test eval whose per-example sums are `correct`."""
-  attention, options = ROWS[row]
+  attention, options = ROWS.get(row, ("exact", {}))
   name = f"{row}_s{seed}" if stage == "replicate" else f"{row}_lr{lr:g}"
   folder = root / name
   folder.mkdir(parents=True)
-  settings = {"task": "L64_kv4", "row": row, "lr": lr, "seed": seed, "stage": stage}
+  settings = {"task": task, "row": row, "lr": lr, "seed": seed, "stage": stage}
   (folder / "config.json").write_text(json.dumps({
       "model": {"attention": attention, "causal": True, "attention_options": options,
                 "d_model": 64, "num_heads": 1, "num_layers": 2},
@@ -116,3 +118,26 @@ def test_runs_of_another_study_get_a_one_line_error(tmp_path, make_run, capsys):
   folder = make_run("u_exact", "exact", causal=True, test=(0.1, 17.0))
   assert cli.main(["figure", "recall", "--runs", folder, "--out", str(tmp_path / "r.png")]) == 2
   assert "not a recall run" in capsys.readouterr().err
+
+
+def test_runs_without_a_test_eval_or_with_malformed_settings_get_one_line_errors(tmp_path, capsys):
+  rng = np.random.default_rng(2)
+  fine = _run(tmp_path / "a", "exact", 0, _correct(rng, 0.9))
+  cases = {"no eval_test.json .run performer eval --split test": _run(tmp_path / "b", "exact", 1,
+                                                                        None),
+           "task 'mytask' is not L<seq_len>_kv<num_kv>": _run(tmp_path / "c", "exact", 2,
+                                                               _correct(rng, 0.9), task="mytask"),
+           "row 'favor_mfoo' is not a row": _run(tmp_path / "d", "favor_mfoo", 3,
+                                                 _correct(rng, 0.9))}
+  for message, folder in cases.items():
+    assert cli.main(["figure", "recall", "--runs", fine, folder,
+                     "--out", str(tmp_path / "r.png")]) == 2
+    assert re.search(message, capsys.readouterr().err)
+  assert not (tmp_path / "r.png").exists()
+
+
+def test_recall_lr_writes_its_table_beside_the_runs_by_default(tmp_path, capsys):
+  folder = _run(tmp_path / "tune", "exact", 100, None, stage="tune", valid={"accuracy": 0.5})
+  assert cli.main(["figure", "recall-lr", "--runs", folder]) == 0
+  assert (tmp_path / "tune" / "recall_lr.md").exists() and (tmp_path / "tune" / "recall_lr.json").exists()
+  assert "recall_lr.csv" in capsys.readouterr().out

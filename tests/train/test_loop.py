@@ -1,5 +1,6 @@
 """The real training loop on the real sample: logs, checkpoints, resume, divergence, eval."""
 
+import dataclasses
 import json
 import os
 import re
@@ -523,3 +524,10 @@ def test_a_recall_run_with_deterministic_taylor_features_checkpoints_resumes_and
   assert result["tokens"] == 10 * 2 and "baseline_accuracy" not in result
   with np.load(tmp_path / "a" / "eval_test_sequences.npz") as f:
     assert f["tokens"].tolist() == [2.0] * 10 and f["ids"].tolist() == list(range(10))
+  # The folder prepared again under the same path with another seed: eval and resume refuse it,
+  # naming the field, where they would otherwise read another test set without a word.
+  mqar.prepare(dataclasses.replace(task, seed=1), str(tmp_path / "mqar"), force=True)
+  with pytest.raises(UserError, match="another dataset than .* seed is 1 there and was 0"):
+    evaluate.run(str(tmp_path / "a"), "test")
+  with pytest.raises(UserError, match="another dataset"):
+    train(tmp_path / "b", 9)
