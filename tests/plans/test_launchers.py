@@ -18,11 +18,13 @@ from performer.plans.job import Job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# A stand-in job: logs when it starts and ends, sleeps, writes its output; on SIGTERM it logs
-# the signal, "saves" and exits 130 as `performer train` does. Every TERM it gets is logged.
+# A stand-in job: logs when it starts and ends, sleeps (or, given "until:PATH", waits for that
+# file for up to 60 s), writes its output; on SIGTERM it logs the signal, "saves" and exits 130
+# as `performer train` does. Every TERM it gets is logged.
 STAND_IN = textwrap.dedent("""
     import json, os, signal, sys, time
-    name, seconds, out, events = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+    name, seconds, out, events = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    until, seconds = (seconds[6:], 60.0) if seconds.startswith("until:") else (None, float(seconds))
     def log(what):
       with open(events, "a") as f:
         f.write(json.dumps({"job": name, "what": what, "t": time.time(),
@@ -37,7 +39,12 @@ STAND_IN = textwrap.dedent("""
     log("start")
     if seconds < 0:
       print("a helpful last line"); sys.exit(3)
-    time.sleep(seconds)
+    if until:  # another job's output, or `seconds` at most: no timing race under load
+      deadline = time.time() + seconds
+      while not os.path.exists(until) and time.time() < deadline:
+        time.sleep(0.05)
+    else:
+      time.sleep(seconds)
     open(out, "w").write(name)
     log("end")
 """)
@@ -68,7 +75,10 @@ def _when(events, job, what):
 
 
 def test_a_job_starts_as_soon_as_its_needs_are_done_not_in_waves(tmp_path):
-  plan = _plan(tmp_path, [_job(tmp_path, "slow", 3), _job(tmp_path, "quick", 0.2),
+  # slow runs until after_quick has finished: a launcher in waves would hold after_quick back
+  # until slow ended (60 s), whatever the machine's load.
+  slow = _job(tmp_path, "slow", f"until:{tmp_path / 'after_quick.out'}")
+  plan = _plan(tmp_path, [slow, _job(tmp_path, "quick", 0.2),
                           _job(tmp_path, "after_quick", 0.2, needs=("quick",))])
   assert local.run(plan, jobs=2, say=lambda _: None) == 0
   events = _events(tmp_path)
