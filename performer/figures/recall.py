@@ -49,6 +49,7 @@ from performer.figures.tables import Column, write_table  # pylint: disable=wron
 # A twentieth of exact's gain over the control: the smallest gap in recall we would call a
 # different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
 DELTA_FRACTION = 0.05
+TASK = re.compile(r"L(\d+)_kv(\d+)")  # a task's name, plans/recall.py task_name
 UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
 LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
           "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
@@ -138,7 +139,7 @@ def _by_task(loaded):
 def check_settings(path, task, row):
   """Raises UserError unless `task` reads 'L<seq_len>_kv<num_kv>' and `row` is one of the study's
   rows (plans/recall.py: LABELS' names or 'favor_m<m>')."""
-  if not re.fullmatch(r"L\d+_kv\d+", str(task)):
+  if not TASK.fullmatch(str(task)):
     raise UserError(f"{path}: recorded task {task!r} is not L<seq_len>_kv<num_kv>, e.g. L64_kv4")
   if row not in LABELS and not re.fullmatch(r"favor_m\d+", str(row)):
     raise UserError(f"{path}: recorded row {row!r} is not a row of the recall study (one of "
@@ -146,7 +147,8 @@ def check_settings(path, task, row):
 
 
 def task_key(task):
-  length, kv = task.removeprefix("L").split("_kv")
+  """(L, kv) of a task name that check_settings accepted."""
+  length, kv = TASK.fullmatch(task).groups()
   return int(length), int(kv)
 
 

@@ -82,14 +82,9 @@ def _may_change(field, before, after):
   if (group, name) in MAY_CHANGE or group in MAY_CHANGE_GROUPS:
     return True
   if field == "data.path":
-    return _manifest(before["data"]["path"]) == _manifest(after["data"]["path"]) is not None
+    return _fingerprint(os.path.join(before["data"]["path"], "manifest.json")) == _fingerprint(
+        os.path.join(after["data"]["path"], "manifest.json")) is not None
   return False
-
-
-def _manifest(path):
-  """The dataset's recorded identity (manifest.json's fingerprint) as sorted JSON, or None."""
-  fingerprint = _fingerprint(os.path.join(path, "manifest.json"))
-  return None if fingerprint is None else json.dumps(fingerprint, sort_keys=True)
 
 
 def _fingerprint(path):
