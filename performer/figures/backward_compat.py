@@ -8,8 +8,12 @@ Fig. 5 from the run's attention and options (positive features with or
 without redrawing, trig, SMREG, Linformer, the Transformer continued). The
 source Transformer's last validation accuracy, read from the init_from
 folder (or, once the runs are archived elsewhere, from the folder of that
-name beside the fine-tuned run), is a grey dotted line. Never recomputes
-anything.
+name beside the fine-tuned run), is a grey dotted line. A variant with
+several seeds is drawn as their mean at the steps they share, with a band
+from the lowest to the highest seed on validation. Each panel's y-range is
+fitted to validation and the source line (what the claims compare); train
+curves outside it are named in the panel, not drawn off-scale. Never
+recomputes anything.
 """
 
 import os
@@ -21,7 +25,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import STYLES, curve, step_axis  # pylint: disable=wrong-import-position
+from performer.figures.curves import STYLES, curve, diverged, seed_curves, step_axis  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
 VARIANTS = ("Transformer (continued)", "Performer positive, redraw",
@@ -71,6 +75,58 @@ def _source_accuracy(path, beside):
   return values[-1] if values else None
 
 
+def _panel(ax, group, title):
+  """Draws one panel's variants ({name: [(run, init_from)]}), its source line and y-range."""
+  validation, seeds = [], 1
+  outside = []  # (low, high) of train curves that fall outside the validation range
+  for name in sorted(group, key=lambda n: (VARIANTS + (n,)).index(n)):
+    members = sorted(group[name], key=lambda pair: pair[0].seed)
+    colour = COLOURS.get(name, "C7")
+    starts = [next((r["accuracy"] for r in run.metrics
+                    if r["step"] == 0 and r["split"] == "valid" and "accuracy" in r), None)
+              for run, _ in members]
+    for split, style in STYLES.items():
+      steps, values = seed_curves([run for run, _ in members], split, "accuracy")
+      if not steps:
+        continue
+      mean = [sum(v) / len(v) for v in zip(*values)]
+      label = None
+      if split == "valid":
+        validation += [x for v in values for x in v]
+        seeds = max(seeds, len(values))
+        label = name + diverged([run for run, _ in members])
+        if None not in starts:
+          label += f" (transferred: {100 * sum(starts) / len(starts):.1f}%)"
+        if len(values) > 1:
+          ax.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
+                          color=colour, alpha=0.2, linewidth=0)
+      else:
+        outside.append((min(mean), max(mean)))
+      ax.plot(steps, mean, color=colour, linestyle=style, label=label,
+              marker="o" if split == "valid" else None, markersize=3)
+  sources = {_source_accuracy(source, run.path) for pairs in group.values()
+             for run, source in pairs} - {None}
+  for value in sorted(sources):
+    ax.axhline(value, color="0.5", linestyle=":", linewidth=1.2,
+               label=f"source Transformer, end of training ({value:.1f}%)")
+  if validation:
+    low, high = min(validation + sorted(sources)), max(validation + sorted(sources))
+    pad = 0.08 * (high - low or 1.0)
+    ax.set_ylim(low - pad, high + pad)
+    clipped = [(a, b) for a, b in outside if a < low - pad or b > high + pad]
+    if clipped:
+      title += (f"\ntrain (dashed) partly outside the range: {min(a for a, _ in clipped):.1f}-"
+                f"{max(b for _, b in clipped):.1f}%")
+  if seeds > 1:
+    title += f"\nmean of {seeds} seeds, band: their range on validation"
+  ax.set_title(title, fontsize=9)
+  step_axis(ax, "fine-tuning step")
+  ax.set_ylabel("accuracy (%)")
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+            borderaxespad=0)
+
+
 def render(run_dirs, out_path):
   """Reads fine-tuned run folders and writes the figure to out_path.
 
@@ -80,7 +136,7 @@ def render(run_dirs, out_path):
   Raises:
     UserError: an unknown image format, an unwritable out_path, any
       runs.load_runs error, a run without TrainConfig.init_from, or two runs
-      of one variant in one panel.
+      of one variant and seed in one panel.
   """
   figure_format(out_path)
   loaded = runs.load_runs(run_dirs)
@@ -93,10 +149,11 @@ def render(run_dirs, out_path):
     data = os.path.basename(os.path.normpath(run.config.get("data", {}).get("path", "?")))
     group = panels.setdefault((data, run.direction), {})
     name = variant(run)
-    if name in group:
-      raise UserError(f"{run.path} and {group[name][0].path}: both are {name} on {data} "
-                      f"({run.direction}); give one run per variant")
-    group[name] = (run, source)
+    twin = next((r for r, _ in group.get(name, ()) if r.seed == run.seed), None)
+    if twin:
+      raise UserError(f"{run.path} and {twin.path}: both are {name} on {data} "
+                      f"({run.direction}), seed {run.seed}; give one run per variant and seed")
+    group.setdefault(name, []).append((run, source))
   check_figure_path(out_path)
   # At most two panels a row, each with its legend below it: beside or inside, legends of
   # five variants cover the curves or widen the image past a page.
@@ -106,32 +163,11 @@ def render(run_dirs, out_path):
                            layout="constrained")
   for ax in axes.flat[len(panels):]:
     ax.set_visible(False)
-  for ax, ((data, direction), group) in zip(axes.flat, panels.items()):
-    order = sorted(group, key=lambda n: (VARIANTS + (n,)).index(n))
-    for name in order:
-      run, _ = group[name]
-      colour = COLOURS.get(name, "C7")
-      start = next((r["accuracy"] for r in run.metrics
-                    if r["step"] == 0 and r["split"] == "valid" and "accuracy" in r), None)
-      for split, style in STYLES.items():
-        steps, values = curve(run, split, "accuracy")
-        if not steps:
-          continue
-        label = name if split == "valid" else None
-        if label and start is not None:
-          label += f" (transferred: {100 * start:.1f}%)"
-        ax.plot(steps, values, color=colour, linestyle=style, label=label,
-                marker="o" if split == "valid" else None, markersize=3)
-    sources = {_source_accuracy(source, run.path) for run, source in group.values()} - {None}
-    for value in sorted(sources):
-      ax.axhline(value, color="0.5", linestyle=":", linewidth=1.2,
-                 label=f"source Transformer, end of training ({value:.1f}%)")
-    ax.set_title(f"{data} {runs.DIRECTIONS[direction]}", fontsize=10)
-    step_axis(ax, "fine-tuning step")
-    ax.set_ylabel("accuracy (%)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
-              borderaxespad=0)
+  datasets = list(dict.fromkeys(data for data, _ in panels))  # as given; (U) before (B)
+  order = sorted(panels, key=lambda k: (datasets.index(k[0]), list(runs.DIRECTIONS).index(k[1])))
+  for ax, (data, direction) in zip(axes.flat, order):
+    group = panels[(data, direction)]
+    _panel(ax, group, f"{data} {runs.DIRECTIONS[direction]}")
   fig.suptitle("Backward compatibility (Fig. 5): validation solid, train dashed", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)

@@ -160,6 +160,8 @@ def replicates(group, split="test"):
   """verdicts.Replicates of a group's runs, or (None, why) when they cannot be paired."""
   arrays = []
   for run in group:
+    if run.failed:  # a NaN model: no numbers to pair, and the verdict says why
+      return None, f"{run.name} {run.failed}"
     name = run.evals.get(split, {}).get("sequences_file")
     path = os.path.join(run.path, name) if name else None
     if not path or not os.path.isfile(path):

@@ -7,7 +7,10 @@ both panels. A model with one seed is drawn as it ran; one with several as
 the mean over its seeds at the steps they share, with a band from the
 lowest to the highest seed on validation. A dotted grey line marks the
 empirical-frequency baseline (Table 2) where the runs' test evals give it.
-Legends sit beside the panels. Never recomputes anything.
+Below each panel, the validation curves alone with the y-range fitted to
+them: the models differ by tenths of a point, which the full range (from
+the first step's accuracy and the baseline) hides. Legends sit beside the
+panels. Never recomputes anything.
 """
 
 import math
@@ -43,16 +46,17 @@ def curve(run, split, metric):
   return [r["step"] for r in rows], [scale * r[metric] for r in rows]
 
 
-def _panel(ax, direction, groups, metric):
-  """Draws one direction's runs; returns the number of lines drawn."""
+def _panel(ax, direction, groups, metric, splits=tuple(STYLES)):
+  """Draws one direction's runs, of `splits`; returns the number of lines drawn."""
   drawn, handles = 0, []
   spare = iter(f"C{i}" for i in range(10) if f"C{i}" not in COLOURS.values())  # other labels
   for (d, label), group in groups.items():
     if d != direction:
       continue
     colour = COLOURS.get(label) or next(spare, "0.5")
-    for split, style in STYLES.items():
-      steps, values = _seed_curves(group, split, metric)  # values [seeds][steps]
+    for split in splits:
+      style = STYLES[split]
+      steps, values = seed_curves(group, split, metric)  # values [seeds][steps]
       if not steps:
         continue
       mean = [sum(v) / len(v) for v in zip(*values)]
@@ -65,7 +69,13 @@ def _panel(ax, direction, groups, metric):
       drawn += 1
     seeds = f" (mean of {len(group)} seeds, band: their range)" if len(group) > 1 else ""
     handles.append(Line2D([], [], color=colour, linewidth=1.8,
-                          label=label + runs.tag(group[0]) + seeds))
+                          label=label + runs.tag(group[0]) + seeds + diverged(group)))
+  if splits != tuple(STYLES):  # the zoomed validation panel: no legend, no baseline
+    step_axis(ax)
+    ax.set_ylabel(METRICS[metric])
+    ax.set_title("validation alone, y-range fitted to it", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    return drawn
   baseline = _baseline(groups, direction, metric)
   if baseline is not None:
     ax.axhline(baseline, color="0.5", linestyle=":", linewidth=1.2)
@@ -83,7 +93,14 @@ def _panel(ax, direction, groups, metric):
   return drawn
 
 
-def _seed_curves(group, split, metric):
+def diverged(group):
+  """'; <run> NaN at step S' for each run of `group` that a NaN stopped ('' for none): its curve
+  ends there, and a mean over seeds stops at the shortest."""
+  return "".join(f"; {run.name} NaN at step {run.diverged_at}" for run in group
+                 if run.diverged_at is not None)
+
+
+def seed_curves(group, split, metric):
   """(steps every seed logged, [seed][step] values): one seed's whole curve, else the shared steps."""
   curves = [dict(zip(*curve(run, split, metric))) for run in group]
   curves = [c for c in curves if c]
@@ -131,9 +148,11 @@ def render(run_dirs, out_path, metric="accuracy"):
   groups = runs.by_model(loaded)
   check_figure_path(out_path)  # before drawing, not after
   directions = [d for d in runs.DIRECTIONS if any(key[0] == d for key in groups)]
-  fig, axes = plt.subplots(1, len(directions), figsize=(6.5 * len(directions), 4.2),
-                           squeeze=False, layout="constrained")
+  fig, axes = plt.subplots(2, len(directions), figsize=(6.5 * len(directions), 7.0),
+                           squeeze=False, layout="constrained", height_ratios=(3, 2))
   drawn = sum(_panel(ax, d, groups, metric) for ax, d in zip(axes[0], directions))
+  for ax, d in zip(axes[1], directions):
+    _panel(ax, d, groups, metric, splits=("valid",))
   if not drawn:
     plt.close(fig)
     raise UserError(f"{', '.join(run_dirs)}: no train or valid rows with {metric} in "

@@ -7,7 +7,10 @@ colour per kernel (a kernel's further runs thinner and lighter), labelled
 with the kernel from the run's config; beside it, validation accuracy of
 the kernels that end within ZOOM_POINTS of the best, on linear axes (log
 axes flatten the differences among them), and the test set's empirical
-baseline where the runs' test evals give it. A run that a NaN or Inf
+baseline where the runs' test evals give it. Identity-attention runs among
+them (no token mixing) are the control: a black dash-dot validation line in
+both panels, not a kernel. A kernel with several runs gets, in the zoom, a
+band from its lowest to its highest seed. A run that a NaN or Inf
 stopped (diverged.json, written by train/loop.py) ends in an 'x' at the step
 it stopped at, and its legend entry says "NaN at step S". Never recomputes
 anything.
@@ -22,13 +25,13 @@ from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
 from performer import attention  # pylint: disable=wrong-import-position
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import SCORED, STYLES, curve  # pylint: disable=wrong-import-position
+from performer.figures.curves import SCORED, STYLES, curve, seed_curves  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
 # Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
 KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",
                  "abs": "abs (absolute)", "gelu": "gelu", "trig": "trig (cosine)",
-                 "tanh": "tanh", "identity": "identity", "elu_plus_one": "elu_plus_one",
+                 "tanh": "tanh", "identity": "identity kernel f(x) = x", "elu_plus_one": "elu_plus_one",
                  "positive": "positive (FAVOR+)", "hyperbolic": "hyperbolic"}
 COLOURS = dict(zip(KERNEL_LABELS, [f"C{i}" for i in range(10)] + ["k"]))
 
@@ -132,13 +135,16 @@ def render(run_dirs, out_path):
 
   Raises:
     UserError: an unknown image format, an unwritable out_path, any
-      runs.load_runs error, a run that is not a Performer, (U) and (B) runs
-      mixed, or no accuracy row and no divergence in any run.
+      runs.load_runs error, a run that is neither a Performer nor identity
+      attention, (U) and (B) runs mixed, or no accuracy row and no
+      divergence in any run.
   """
   figure_format(out_path)
   loaded = runs.load_runs(run_dirs)
-  labels = _labels(loaded)
+  controls = [r for r in loaded if r.attention == "identity"]
   direction = one_direction(loaded)
+  loaded = [r for r in loaded if r.attention != "identity"]
+  labels = _labels(loaded)
   order = sorted(loaded, key=lambda r: (list(KERNEL_LABELS) + [kernel_of(r)]).index(kernel_of(r)))
   check_figure_path(out_path)
   fig, (ax, zoom) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained",
@@ -168,6 +174,20 @@ def render(run_dirs, out_path):
     drawn += nan is not None
     handles.append(Line2D([], [], color=colour, linewidth=width, alpha=alpha,
                           marker="x" if nan else None, label=label + (f": {nan}" if nan else "")))
+  for kernel in dict.fromkeys(map(kernel_of, order)):
+    group = [r for r in order if kernel_of(r) == kernel]
+    steps, values = seed_curves(group, "valid", "accuracy")
+    if len(values) > 1:
+      zoom.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
+                        color=COLOURS.get(kernel, "C7"), alpha=0.15, linewidth=0)
+  for run in controls:
+    steps, values = loggable(*curve(run, "valid", "accuracy"))
+    for axis in (ax, zoom):
+      axis.plot(steps, values, color="k", linestyle="-.", linewidth=1.4)
+    drawn += bool(steps)
+  if controls:
+    handles.append(Line2D([], [], color="k", linestyle="-.",
+                          label="identity attention (control), validation"))
   if not drawn:
     plt.close(fig)
     raise UserError(f"{', '.join(run_dirs)}: no train or valid rows with accuracy in "
@@ -190,8 +210,8 @@ def render(run_dirs, out_path):
                           label=f"empirical baseline, test ({100 * baseline:.3g})"))
   _zoom_on_the_best(zoom, finals)
   fig.legend(handles=handles, fontsize=7, loc="outside right upper")
-  fig.suptitle("Generalized attention kernels (Fig. 16 style): left log-log as the paper, right "
-               "validation of the best kernels on linear axes", fontsize=11)
+  fig.suptitle("Generalized attention kernels (Fig. 16 style): left log-log as the paper,\n"
+               "right validation of the best kernels on linear axes", fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path

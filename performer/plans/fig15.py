@@ -4,11 +4,12 @@ The seeds are the feature draw's (attention_options seed), not the weights'.
 The paper ran two; the third is the verdict rule's floor of three
 replicates per compared model (and what the claim's MDE needs to fall under
 its delta: fig15_claims.md's projection from the first two).
-fig6's (U) softmax and ReLU runs give the figure's middle panel. Each run is
+fig6's (U) softmax and ReLU runs, every seed, give the figure's right panel. Each run is
 evaluated on test and archived; the figure and fig15_claims.md read the
 archives.
 """
 
+from performer.plans import fig6
 from performer.plans import job as job_lib
 from performer.plans.context import options, short
 
@@ -31,7 +32,9 @@ def jobs(ctx):
         study=STUDY, settings=settings))
   trains = list(out)
   out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
-  middle = ("u_performer_softmax", "u_performer_relu")
+  # Every (U) softmax and ReLU replicate of Fig. 6: the text cites their seed means.
+  middle = [fig6.run_name(s) for s in fig6.sweep(ctx)
+            if s["direction"] == "u" and s["attention"] in ("performer_softmax", "performer_relu")]
   runs = list(map(ctx.archived, trains))
   needs = [f"{j.name}_archive" for j in trains]
   out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs, *map(ctx.archived, middle)),

@@ -1,7 +1,8 @@
 """Fig. 16 (App. D.3): (B) generalized attention with kernel f; trig is the paper's cosine.
 
 One run per kernel, and three seeds (the verdict rule's floor) of the two
-kernels its declared claim compares, cosine and ReLU (figures/claims.py).
+kernels its declared claim compares, cosine and ReLU (figures/claims.py);
+identity attention in the same config, the figure's control line.
 Each run is evaluated on test (per-sequence sums) and archived; the figure
 and the claims table (fig16_claims.md) read the archives.
 """
@@ -29,10 +30,16 @@ def jobs(ctx):
                               kernel=settings["kernel"])),
                      seed=settings.get("seed", 0), study=STUDY, settings=settings)
          for settings in sweep()]
+  # The control line: identity attention in the same config and steps (not a claim's model).
+  control = ctx.protein("fig16_control", "b_performer_kernels",
+                        (*short(budget.kernel_steps), "ModelConfig.attention='identity'",
+                         "ModelConfig.attention_options={}"),
+                        study=STUDY, settings={"control": "identity"})
   trains = list(out)
-  out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
+  out += [control, *(j for t in (*trains, control) for j in ctx.evaluated(t, ("test",), study=STUDY))]
   runs, needs = list(map(ctx.archived, trains)), [f"{j.name}_archive" for j in trains]
-  out.append(ctx.figure("fig16_kernels", ("kernels", "--runs", *runs), "fig16_kernels.png",
-                        needs=needs, study=STUDY))
+  out.append(ctx.figure("fig16_kernels", ("kernels", "--runs", *runs, ctx.archived(control)),
+                        "fig16_kernels.png", needs=[*needs, f"{control.name}_archive"],
+                        study=STUDY))
   out.append(ctx.claims(STUDY, runs, needs=needs))
   return out

@@ -1,7 +1,8 @@
 """Fig. 7 right: concatenated proteins, small exact Transformers of 1-3 layers against a Performer.
 
 The paper's small Transformers (8 heads, d 256, d_ff 256) over the budget's
-concatenated-protein sizes, against the Performer-ReLU at the budget's size.
+concatenated-protein sizes, against the Performer-ReLU at the budget's size,
+and identity attention in the Performer's config as the control line.
 """
 
 from performer.plans import job as job_lib
@@ -26,6 +27,9 @@ def jobs(ctx):
   out.append(ctx.protein("fig7_performer_relu", "concat_u_performer_relu",
                          (*sized, options(num_features=budget.num_features)), study=STUDY,
                          settings={"attention": "performer_relu"}))
+  out.append(ctx.protein("fig7_identity", "concat_u_performer_relu",
+                         (*sized, "ModelConfig.attention='identity'"), study=STUDY,
+                         settings={"attention": "identity"}))  # the control line
   trains = list(out)
   # test evals give the figure its empirical-baseline line; then each run is archived
   out += [a for j in trains for a in ctx.evaluated(j, ("test",), study=STUDY)]

@@ -94,7 +94,7 @@ def test_runs_that_are_not_fine_tuned_are_refused(make_run, tmp_path):
     figures.figure("backward-compat", run_dirs=[plain], out_path=str(tmp_path / "x.png"))
   a = _finetuned(make_run, "a", "performer_softmax", {}, source=plain)
   b = _finetuned(make_run, "b", "performer_softmax", {"num_features": 32}, source=plain)
-  with pytest.raises(UserError, match="both are Performer positive, redraw"):
+  with pytest.raises(UserError, match="both are Performer positive, redraw .* seed 0"):
     figures.figure("backward-compat", run_dirs=[a, b], out_path=str(tmp_path / "x.png"))
 
 
@@ -126,3 +126,36 @@ def test_panels_wrap_and_legends_sit_below_them_with_whole_steps(make_run, tmp_p
     assert ax.get_legend().get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)  # steps 0, 10, 20: no 2.5
+
+
+def test_seeds_of_a_variant_are_a_mean_and_a_band_and_the_range_fits_validation(
+    make_run, tmp_path, monkeypatch):
+  source = make_run("source", "exact", causal=True, metrics=[(100, "valid", 0.113, 17.0, 2.8)])
+  paths = [_finetuned(make_run, f"pos{seed}", "performer_softmax", {}, source=source,
+                      start=0.07 + seed / 100) for seed in (0, 1)]
+  with open(f"{paths[1]}/config.json") as f:
+    config = json.load(f)
+  config["train"]["seed"] = 1
+  with open(f"{paths[1]}/config.json", "w") as f:
+    json.dump(config, f)
+  for path, accuracy in zip(paths, (0.3, 0.5)):  # train rows far above validation
+    with open(f"{path}/metrics.jsonl", "a") as f:
+      f.write(json.dumps({"step": 20, "split": "train", "accuracy": accuracy, "perplexity": 9.0,
+                          "loss": 2.0}) + "\n")
+  drawn = []
+  monkeypatch.setattr(backward_compat, "save_figure", lambda fig, out: drawn.append(fig))
+  figures.figure("backward-compat", run_dirs=paths, out_path=str(tmp_path / "f.png"))
+  ax = drawn[0].axes[0]
+  lines = {line.get_label(): line for line in ax.get_lines()}
+  valid = lines["Performer positive, redraw (transferred: 7.5%)"]  # the seeds' mean start
+  assert list(valid.get_ydata()) == pytest.approx([7.5, 11.0, 12.0])
+  (band,) = ax.collections  # the seeds' range on validation
+  assert band.get_paths()[0].vertices[:, 1].min() == pytest.approx(7.0)
+  assert band.get_paths()[0].vertices[:, 1].max() == pytest.approx(12.0)
+  low, high = ax.get_ylim()  # validation 7-12% and the source's 11.3%, not train's 40%
+  assert 6 < low < 7 and 12 < high < 13
+  assert "mean of 2 seeds" in ax.get_title()
+  assert "train (dashed) partly outside the range: 10.0-40.0%" in ax.get_title()
+  twin = _finetuned(make_run, "pos_again", "performer_softmax", {}, source=source)
+  with pytest.raises(UserError, match="both are .* seed 0; give one run per"):
+    figures.figure("backward-compat", run_dirs=[paths[0], twin], out_path=str(tmp_path / "x.png"))

@@ -31,7 +31,7 @@ def test_panels_styles_colours_and_values(tmp_path, monkeypatch, make_run):
              make_run("u1", "exact", causal=True, seed=1, metrics=later, test=(0.15, 15.0)),
              make_run("b0", "exact", causal=False, seed=0, metrics=ROWS),
              make_run("b1", "linformer", causal=False, seed=0, metrics=ROWS)]
-  u, b = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
+  u, b, u_zoom, b_zoom = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
   assert u.get_title().startswith("(U)") and b.get_title().startswith("(B)")
   assert u.get_ylabel() == "accuracy (%)"
   train, valid = _lines(u)["(U) Transformer train"], _lines(u)["(U) Transformer valid"]
@@ -56,11 +56,17 @@ def test_panels_styles_colours_and_values(tmp_path, monkeypatch, make_run):
   renderer = u.figure.canvas.get_renderer()
   for ax in (u, b):
     assert not ax.get_legend().get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+  # Below: validation alone, its y-range fitted to the seeds' band, not to the baseline (9.5).
+  assert set(_lines(u_zoom)) == {"(U) Transformer valid"}
+  assert list(_lines(u_zoom)["(U) Transformer valid"].get_ydata()) == pytest.approx([14.0])
+  low, high = u_zoom.get_ylim()
+  assert 12.5 < low <= 13.0 and 15.0 <= high < 15.5
+  assert set(_lines(b_zoom)) == {"(B) Transformer valid", "(B) Linformer valid"}
 
 
 def test_only_panels_with_runs_and_other_metrics(tmp_path, monkeypatch, make_run):
   folders = [make_run("u0", "performer_relu", causal=True, metrics=ROWS)]
-  (ax,) = _drawn(monkeypatch, tmp_path, folders, "perplexity").axes
+  ax, _ = _drawn(monkeypatch, tmp_path, folders, "perplexity").axes
   assert list(_lines(ax)["(U) Performer-ReLU train"].get_ydata()) == [17.0, 14.0]
   monkeypatch.undo()
   figures.render("curves", folders, str(tmp_path / "loss.png"), metric="loss")
@@ -100,8 +106,17 @@ def test_runs_of_one_model_at_several_depths_are_told_apart(tmp_path, monkeypatc
     json.dump(config, open(f"{folder}/config.json", "w"))
     folders.append(folder)
   folders.append(make_run("p", "performer_relu", causal=True, metrics=ROWS))
-  (u,) = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
+  u, _ = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
   lines = _lines(u)
   colours = {lines[f"(U) Transformer {n}-layer valid"].get_color() for n in (1, 2, 3)}
   colours.add(lines["(U) Performer-ReLU valid"].get_color())
   assert len(colours) == 4
+
+
+def test_a_run_stopped_by_a_nan_is_named_in_the_legend(tmp_path, monkeypatch, make_run):
+  folders = [make_run("u0", "exact", causal=True, metrics=ROWS),
+             make_run("u1", "exact", causal=True, seed=1, metrics=ROWS[:1], diverged=15)]
+  u, _ = _drawn(monkeypatch, tmp_path, folders, "accuracy").axes
+  legend = [t.get_text() for t in u.get_legend().get_texts()]
+  assert legend[0] == "Transformer (mean of 2 seeds, band: their range); u1 NaN at step 15"
+  assert list(_lines(u)["(U) Transformer train"].get_xdata()) == [10]  # the steps both logged

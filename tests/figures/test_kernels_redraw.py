@@ -72,11 +72,11 @@ def test_kernels_log_log_one_colour_per_kernel_and_nan_crosses(tmp_path, monkeyp
   assert same_color(tanh_x.get_color(), lines["tanh valid"].get_color())
   assert list(identity_x.get_xdata()) == [1]  # step 0 on a log axis
   assert list(identity_x.get_ydata()) == [0.03]  # no point to continue: the panel's bottom
-  assert "identity valid" not in lines and "identity train" not in lines
+  assert not any(l.startswith("identity kernel") for l in lines)
   # Legend: Fig. 16's kernel order and names, NaN steps, then the split key.
   legend = fig.legends[0]
   assert [t.get_text() for t in legend.get_texts()] == [
-      "relu", "trig (cosine)", "tanh: NaN at step 130", "identity: NaN at step 0",
+      "relu", "trig (cosine)", "tanh: NaN at step 130", "identity kernel f(x) = x: NaN at step 0",
       "positive (FAVOR+)", "train", "validation"]
   renderer = fig.canvas.get_renderer()  # beside the panels, off the curves
   for panel in (ax, zoom):
@@ -86,6 +86,26 @@ def test_kernels_log_log_one_colour_per_kernel_and_nan_crosses(tmp_path, monkeyp
   assert zoom.get_yscale() == "linear" and len(zoom.get_lines()) == 4
   low, high = zoom.get_ylim()
   assert 17 < low < 18 <= high < 19
+
+
+
+def test_kernels_control_line_and_seed_band(tmp_path, monkeypatch, make_run):
+  later = [(100, "valid", 0.14, 16.0, 2.7), (200, "valid", 0.20, 12.5, 2.5)]
+  folders = [_kernel_run(make_run, "relu", "relu", metrics=GOOD),
+             _kernel_run(make_run, "relu1", "relu", metrics=later, seed=1,
+                         settings={"kernel": "relu", "seed": 1}),
+             make_run("control", "identity", causal=False, metrics=GOOD[:2] + [
+                 (100, "valid", 0.09, 17.0, 2.9), (200, "valid", 0.095, 17.0, 2.9)])]
+  ax, zoom = _drawn(monkeypatch, tmp_path, "kernels", folders).axes
+  for axis in (ax, zoom):  # identity attention: the control's validation, dash-dot black
+    (control,) = [line for line in axis.get_lines() if line.get_linestyle() == "-."]
+    assert list(control.get_ydata()) == pytest.approx([9.0, 9.5])
+    assert same_color(control.get_color(), "k")
+  assert "identity attention (control), validation" in [
+      t.get_text() for t in ax.figure.legends[0].get_texts()]
+  (band,) = zoom.collections  # relu's two seeds: their range on validation
+  ys = band.get_paths()[0].vertices[:, 1]
+  assert (ys.min(), ys.max()) == pytest.approx((10.0, 20.0))
 
 
 def test_kernels_names_repeated_kernels_by_folder_and_refuses_what_it_cannot_draw(

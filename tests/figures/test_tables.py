@@ -9,7 +9,7 @@ import pytest
 
 from performer import cli, figures
 from performer.errors import UserError
-from performer.figures import paper
+from performer.figures import claims, paper
 from performer.figures import runs as runs_lib
 
 
@@ -383,3 +383,8 @@ def test_the_identity_control_is_named_a_control_not_an_extra(tmp_path, make_run
   figures.render("table2", [control], str(tmp_path / "t.md"))
   (row,) = [r for r in _table(tmp_path / "t.md") if r["run"] == "control"]
   assert row["model"] == "Identity (control)"
+
+
+def test_a_diverged_run_gives_its_claims_the_reason_not_a_missing_file(make_run):
+  stopped = runs_lib.load_run(make_run("stopped", "performer_softmax", causal=True, diverged=130))
+  assert claims.replicates([stopped]) == (None, "stopped diverged at step 130")

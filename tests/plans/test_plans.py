@@ -73,7 +73,16 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
   # kernels Fig. 16's claim compares and of the Fig. 5 protein fine-tunes.
   fig5 = [f"fig5_{d}_{v}" for d, vs in fig5_plan.PROTEIN.items() for v in vs]
   added = {n for n in fig6 if n not in recorded} | {"fig15_redraw_f3", "fig15_no_redraw_f3"} | {
-      f"{name}_seed{s}" for name in ("fig16_relu", "fig16_trig", *fig5) for s in (1, 2)}
+      f"{name}_seed{s}" for name in ("fig16_relu", "fig16_trig", *fig5) for s in (1, 2)} | {
+      "fig7_identity", "fig16_control"}  # the control lines of Fig. 7 and 16
+  for control, like in (("fig7_identity", "fig7_performer_relu"), ("fig16_control", "fig16_relu")):
+    configurables.parse(list(trains[control].gin), list(trains[control].bindings))
+    ours = configurables.settings()
+    configurables.parse(list(trains[like].gin), list(trains[like].bindings))
+    theirs = configurables.settings()
+    assert ours["model"]["attention"] == "identity"  # trained like the runs it is drawn with
+    assert (ours["data"], ours["optim"], ours["train"]["steps"]) == (
+        theirs["data"], theirs["optim"], theirs["train"]["steps"])
   assert sorted(set(trains) - added) == sorted(set(recorded) - (
       {"u_performer_relu_seed1"} if budget != "tiny" else set()))
   for name in added:
