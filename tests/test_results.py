@@ -3,6 +3,7 @@
 import filecmp
 import glob
 import os
+import re
 
 import pytest
 
@@ -56,3 +57,36 @@ def test_every_archive_is_small_and_whole():
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(folder) for f in fs)
     limit = 12e6 if "checkpoints" in files else 400e3  # a checkpoint: see plans/archive.py
     assert size < limit, (folder, size)
+
+
+def _table_rows(path):
+  """The cells of every markdown table row of a file."""
+  with open(path) as f:
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in f
+            if line.startswith("| ") and not line.startswith("| ---")]
+
+
+def _verdict_rows(path):
+  """(difference, interval, MDE, verdict) of the rows of every table with a verdict column."""
+  out, header = [], None
+  for cells in _table_rows(path):
+    if "verdict" in cells:
+      header = cells
+      continue
+    if header and len(cells) == len(header):
+      row = dict(zip(header, cells))
+      diff = next(v for k, v in row.items() if k.startswith("difference"))
+      interval = next(v for k, v in row.items() if "interval" in k)
+      mde = next(v for k, v in row.items() if k.startswith("MDE"))
+      verdict = re.sub(r"[*]", "", row["verdict"]).split()[0]
+      out.append((float(diff), interval.replace("+", ""), float(mde), verdict))
+  return out
+
+
+def test_the_verdicts_quoted_in_results_readme_are_those_of_the_committed_claim_tables():
+  written = {row for path in glob.glob(os.path.join(RESULTS, "*claims.md"))
+             for row in _verdict_rows(path)}
+  quoted = _verdict_rows(os.path.join(RESULTS, "README.md"))
+  assert len(quoted) >= 12  # Table 2's and Fig. 5's tables at least
+  for row in quoted:
+    assert row in written, row
