@@ -200,7 +200,9 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
           open(tmp, "wb") as f:
         np.savez_compressed(f, **each)
       with atomic_path(os.path.join(workdir, f"eval_{split}.json")) as tmp, open(tmp, "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
+        # A diverged model's NaN and Inf as null: strict JSON, which every parser reads.
+        json.dump({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                   for k, v in result.items()}, f, indent=1, sort_keys=True, allow_nan=False)
         f.write("\n")
     results.append(result)
   return results

@@ -15,6 +15,7 @@ import pytest
 from performer import configurables, memory
 from performer.data import masking, pg19, pipeline, samples
 from performer.errors import UserError
+from performer.figures import runs
 from performer.train import evaluate, loop, metrics, steps
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
@@ -472,7 +473,10 @@ def test_eval_of_a_diverged_model_writes_a_file_marked_so(data, tmp_path, monkey
   monkeypatch.setattr(evaluate, "evaluate", nan_metrics)
   result = evaluate.run(str(tmp_path), "test")
   assert result["diverged"] is True
-  assert json.load(open(tmp_path / "eval_test.json"))["diverged"] is True
+  with open(tmp_path / "eval_test.json") as f:  # strict JSON: no bare NaN
+    record = json.load(f, parse_constant=lambda name: pytest.fail(f"bare {name} in the file"))
+  assert record["diverged"] is True and record["loss"] is None and record["perplexity"] is None
+  assert runs.load_run(str(tmp_path)).failed == "diverged"  # and the figures read it as such
   assert "non-finite test loss: the model diverged" in capsys.readouterr().err
 
 
