@@ -222,7 +222,9 @@ def test_slurm_submits_one_job_each_with_afterok_on_what_it_needs(tmp_path, sbat
   assert cli.main(args) == 0
   calls = _calls(sbatch)
   ids = {call[call.index("--job") + 1]: str(1000 + i) for i, call in enumerate(calls)}
-  ctx = plans.context("mini", runs=str(runs), steps=40)
+  # the same results folder as the command: which Fig. 6 seeds exist (Fig. 15 draws them) follows
+  # the decision files there
+  ctx = plans.context("mini", runs=str(runs), results=str(tmp_path / "results"), steps=40)
   plan = plans.resolve(ctx, plans.select(plans.build(ctx), ["fig15"]))
   assert sorted(ids) == sorted(j.name for j in plan.jobs)  # nothing was done: every job
   for call in calls:
