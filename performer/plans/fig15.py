@@ -33,12 +33,12 @@ def jobs(ctx):
   trains = list(out)
   out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
   # Every (U) softmax and ReLU replicate of Fig. 6: the text cites their seed means.
-  middle = [fig6.run_name(s) for s in fig6.sweep(ctx)
+  right = [fig6.run_name(s) for s in fig6.sweep(ctx)
             if s["direction"] == "u" and s["attention"] in ("performer_softmax", "performer_relu")]
   runs = list(map(ctx.archived, trains))
   needs = [f"{j.name}_archive" for j in trains]
-  out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs, *map(ctx.archived, middle)),
-                        "fig15_redraw.png", needs=[*needs, *(f"{m}_archive" for m in middle)],
+  out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs, *map(ctx.archived, right)),
+                        "fig15_redraw.png", needs=[*needs, *(f"{m}_archive" for m in right)],
                         study=STUDY))
   out.append(ctx.claims(STUDY, runs, needs=needs))
   return out
