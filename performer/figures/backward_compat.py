@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import STYLES, curve, diverged, seed_curves, step_axis  # pylint: disable=wrong-import-position
+from performer.figures.curves import STYLES, curve, diverged, seed_band, seed_curves, step_axis  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
 VARIANTS = ("Transformer (continued)", "Performer positive, redraw",
@@ -97,9 +97,7 @@ def _panel(ax, group, title):
         label = name + diverged([run for run, _ in members])
         if None not in starts:
           label += f" (transferred: {100 * sum(starts) / len(starts):.1f}%)"
-        if len(values) > 1:
-          ax.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
-                          color=colour, alpha=0.2, linewidth=0)
+        seed_band(ax, steps, values, colour)
       else:
         outside.append((min(mean), max(mean)))
       ax.plot(steps, mean, color=colour, linestyle=style, label=label,

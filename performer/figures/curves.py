@@ -46,15 +46,16 @@ def curve(run, split, metric):
   return [r["step"] for r in rows], [scale * r[metric] for r in rows]
 
 
-def _panel(ax, direction, groups, metric, splits=tuple(STYLES)):
-  """Draws one direction's runs, of `splits`; returns the number of lines drawn."""
+def _panel(ax, direction, groups, metric, zoom=False):
+  """Draws one direction's runs (zoom: validation alone, no legend or baseline); returns the
+  number of lines drawn."""
   drawn, handles = 0, []
   spare = iter(f"C{i}" for i in range(10) if f"C{i}" not in COLOURS.values())  # other labels
   for (d, label), group in groups.items():
     if d != direction:
       continue
     colour = COLOURS.get(label) or next(spare, "0.5")
-    for split in splits:
+    for split in ("valid",) if zoom else STYLES:
       style = STYLES[split]
       steps, values = seed_curves(group, split, metric)  # values [seeds][steps]
       if not steps:
@@ -63,14 +64,13 @@ def _panel(ax, direction, groups, metric, splits=tuple(STYLES)):
       ax.plot(steps, mean, color=colour, linestyle=style, linewidth=1.8,
               marker="o" if split == "valid" else None, markersize=4,  # markers: few evals
               label=f"{runs.model_label(group[0])} {split}")
-      if split == "valid" and len(values) > 1:
-        ax.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
-                        color=colour, alpha=0.2, linewidth=0)
+      if split == "valid":
+        seed_band(ax, steps, values, colour)
       drawn += 1
     seeds = f" (mean of {len(group)} seeds, band: their range)" if len(group) > 1 else ""
     handles.append(Line2D([], [], color=colour, linewidth=1.8,
                           label=label + runs.tag(group[0]) + seeds + diverged(group)))
-  if splits != tuple(STYLES):  # the zoomed validation panel: no legend, no baseline
+  if zoom:
     step_axis(ax)
     ax.set_ylabel(METRICS[metric])
     ax.set_title("validation alone, y-range fitted to it", fontsize=9)
@@ -98,6 +98,14 @@ def diverged(group):
   ends there, and a mean over seeds stops at the shortest."""
   return "".join(f"; {run.name} NaN at step {run.diverged_at}" for run in group
                  if run.diverged_at is not None)
+
+
+def seed_band(ax, steps, values, colour, alpha=0.2):
+  """Fills from the lowest to the highest seed at each step (values [seed][step]); nothing for
+  one seed."""
+  if len(values) > 1:
+    ax.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
+                    color=colour, alpha=alpha, linewidth=0)
 
 
 def seed_curves(group, split, metric):
@@ -152,7 +160,7 @@ def render(run_dirs, out_path, metric="accuracy"):
                            squeeze=False, layout="constrained", height_ratios=(3, 2))
   drawn = sum(_panel(ax, d, groups, metric) for ax, d in zip(axes[0], directions))
   for ax, d in zip(axes[1], directions):
-    _panel(ax, d, groups, metric, splits=("valid",))
+    _panel(ax, d, groups, metric, zoom=True)
   if not drawn:
     plt.close(fig)
     raise UserError(f"{', '.join(run_dirs)}: no train or valid rows with {metric} in "

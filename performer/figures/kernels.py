@@ -25,13 +25,14 @@ from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
 from performer import attention  # pylint: disable=wrong-import-position
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import SCORED, STYLES, curve, seed_curves  # pylint: disable=wrong-import-position
+from performer.figures.curves import SCORED, STYLES, curve, seed_band, seed_curves  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
 # Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
 KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",
                  "abs": "abs (absolute)", "gelu": "gelu", "trig": "trig (cosine)",
-                 "tanh": "tanh", "identity": "identity kernel f(x) = x", "elu_plus_one": "elu_plus_one",
+                 "tanh": "tanh", "identity": "identity kernel f(x) = x",
+                 "elu_plus_one": "elu_plus_one",
                  "positive": "positive (FAVOR+)", "hyperbolic": "hyperbolic"}
 COLOURS = dict(zip(KERNEL_LABELS, [f"C{i}" for i in range(10)] + ["k"]))
 
@@ -177,9 +178,7 @@ def render(run_dirs, out_path):
   for kernel in dict.fromkeys(map(kernel_of, order)):
     group = [r for r in order if kernel_of(r) == kernel]
     steps, values = seed_curves(group, "valid", "accuracy")
-    if len(values) > 1:
-      zoom.fill_between(steps, [min(v) for v in zip(*values)], [max(v) for v in zip(*values)],
-                        color=COLOURS.get(kernel, "C7"), alpha=0.15, linewidth=0)
+    seed_band(zoom, steps, values, COLOURS.get(kernel, "C7"), alpha=0.15)
   for run in controls:
     steps, values = loggable(*curve(run, "valid", "accuracy"))
     for axis in (ax, zoom):

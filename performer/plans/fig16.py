@@ -36,7 +36,8 @@ def jobs(ctx):
                          "ModelConfig.attention_options={}"),
                         study=STUDY, settings={"control": "identity"})
   trains = list(out)
-  out += [control, *(j for t in (*trains, control) for j in ctx.evaluated(t, ("test",), study=STUDY))]
+  out.append(control)
+  out += [j for t in (*trains, control) for j in ctx.evaluated(t, ("test",), study=STUDY)]
   runs, needs = list(map(ctx.archived, trains)), [f"{j.name}_archive" for j in trains]
   out.append(ctx.figure("fig16_kernels", ("kernels", "--runs", *runs, ctx.archived(control)),
                         "fig16_kernels.png", needs=[*needs, f"{control.name}_archive"],
