@@ -50,6 +50,7 @@ from performer.figures.tables import Column, write_table  # pylint: disable=wron
 # different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
 DELTA_FRACTION = 0.05
 TASK = re.compile(r"L(\d+)_kv(\d+)")  # a task's name, plans/recall.py task_name
+DODGE = 1.035  # the factor between neighbouring markers of one state size on the log x axis
 UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
 LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
           "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
@@ -293,11 +294,18 @@ def _draw(left, right, task, rows, means):
       ax.plot(x, ys, color="k", marker="o", label="FAVOR+ (positive, ORF, redrawn)")
       for xi, r in zip(x, favor):
         point(ax, xi, r, color="k")
-  for row, style in styles.items():
-    point(left, state_size(rows[row][0]), row, label=label(row), **style)
+  # Many rows share a state size (m = 64 x d_head); spread them a little on the log axis so
+  # that each marker and its seed range stays visible.
+  at = {"left": {}, "right": {}}
+  for row in styles:
+    at["left"].setdefault(state_size(rows[row][0]), []).append(row)
     m = _num_features(rows[row][0])
     if m is not None and row != "exact":
-      point(right, m, row, label=label(row), **style)
+      at["right"].setdefault(m, []).append(row)
+  for ax, side in ((left, "left"), (right, "right")):
+    for x, group in at[side].items():
+      for k, row in enumerate(group):
+        point(ax, x * DODGE ** (k - (len(group) - 1) / 2), row, label=label(row), **styles[row])
   left.set_xscale("log")
   right.set_xscale("log", base=2)
   left.set_xlabel("attention state per layer (floats: M x d_head, or L x d_head)")
@@ -309,7 +317,7 @@ def _draw(left, right, task, rows, means):
   left.set_title(f"MQAR {task}: accuracy against state size")
   right.set_title(f"MQAR {task}: random-feature rows against m")
   for ax, where in ((left, dict(loc="center left", bbox_to_anchor=(1.0, 0.5))),
-                    (right, dict(loc="lower right"))):
+                    (right, dict(loc="upper left"))):
     if ax.get_legend_handles_labels()[0]:  # a panel without rows (no random features) has none
       ax.legend(fontsize=7, **where)
 
