@@ -61,17 +61,24 @@ def test_every_archive_is_small_and_whole():
 
 def _table_rows(path):
   """The cells of every markdown table row of a file."""
+  return [cells for cells, _ in _table_lines(path)]
+
+
+def _table_lines(path):
+  """(cells, is_header) of every markdown table row of a file; a header is the row above '| ---'."""
   with open(path) as f:
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in f
-            if line.startswith("| ") and not line.startswith("| ---")]
+    lines = f.read().splitlines()
+  return [([c.strip() for c in line.strip().strip("|").split("|")],
+           i + 1 < len(lines) and lines[i + 1].startswith("| ---"))
+          for i, line in enumerate(lines) if line.startswith("| ") and not line.startswith("| ---")]
 
 
 def _verdict_rows(path):
   """(difference, interval, MDE, verdict) of the rows of every table with a verdict column."""
   out, header = [], None
-  for cells in _table_rows(path):
-    if "verdict" in cells:
-      header = cells
+  for cells, is_header in _table_lines(path):
+    if is_header:  # a new table: a verdict table only if it has a verdict column
+      header = cells if "verdict" in cells else None
       continue
     if header and len(cells) == len(header):
       row = dict(zip(header, cells))
