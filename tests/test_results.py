@@ -59,11 +59,6 @@ def test_every_archive_is_small_and_whole():
     assert size < limit, (folder, size)
 
 
-def _table_rows(path):
-  """The cells of every markdown table row of a file."""
-  return [cells for cells, _ in _table_lines(path)]
-
-
 def _table_lines(path):
   """(cells, is_header) of every markdown table row of a file; a header is the row above '| ---'."""
   with open(path) as f:
