@@ -2,14 +2,17 @@
 # The GPU measurement, ready to start on a machine with an NVIDIA GPU (README.md: Speed):
 #   bash scripts/gpu_check.sh            # about 8 minutes; writes results/*_gpu.json and figures
 #   bash scripts/gpu_check.sh --tiny     # the same steps at toy sizes on any machine (a test)
-# It uses the JAX already installed when it sees the GPU (GPU machines are often offline);
-# otherwise, online, it installs jax[cuda12]. The project's own missing packages come from
-# $WHEELS (a folder of wheels: `pip download -d wheels grain sentencepiece gin-config
-# tensorboardX tqdm matplotlib` on a machine with the internet) or from PyPI.
+# The project runs from this tree (PYTHONPATH, nothing installed) on the JAX already
+# installed when it sees the GPU (GPU machines are often offline); otherwise, online, it
+# installs jax[cuda12]. The project's own missing packages come from $WHEELS (a folder of
+# wheels, installed as they are with pip --no-deps: `pip download --no-deps -d wheels grain
+# array-record portpicker gin-config tensorboardX isal` for the GPU machine's Python, on a
+# machine with the internet) or from PyPI.
 # Environment: OUT (results folder; default results/, --tiny: runs/gpu_check_tiny),
 # DATA (a prepare-trembl dataset for the training throughput; default the sample proteome,
-# prepared when absent, which needs PyPI or a prepared copy carried along).
-set -euo pipefail
+# prepared when absent, which needs PyPI: carry a prepared copy to an offline machine).
+# A step that fails is reported and the others still run; the exit status says if any failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 tiny=0
 case "${1:-}" in
@@ -19,66 +22,93 @@ case "${1:-}" in
 esac
 python=python3
 [ -x .venv/bin/python ] && python=.venv/bin/python
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 start=$(date +%s)
 
 if [ "$tiny" = 0 ]; then
   unset JAX_PLATFORMS
   if ! "$python" -c "import jax, sys; sys.exit(jax.default_backend() != 'gpu')" 2>/dev/null; then
     echo "no CUDA-enabled JAX here: installing jax[cuda12] (needs PyPI)"
-    "$python" -m pip install --quiet "jax[cuda12]"
+    "$python" -m pip install --quiet "jax[cuda12]" || exit 1
   fi
-  "$python" -m pip install --quiet --no-deps --no-build-isolation -e . 2>/dev/null \
-    || "$python" -m pip install --quiet --no-deps -e .
-  for module_package in grain:grain sentencepiece:sentencepiece gin:gin-config \
-      tensorboardX:tensorboardX tqdm:tqdm matplotlib:matplotlib optax:optax orbax.checkpoint:orbax-checkpoint; do
-    module=${module_package%%:*} package=${module_package#*:}
-    "$python" -c "import $module" 2>/dev/null && continue
-    if [ -n "${WHEELS:-}" ]; then
-      "$python" -m pip install --quiet --no-index --find-links "$WHEELS" "$package"
-    else
-      "$python" -m pip install --quiet "$package"
-    fi
+  missing=()
+  for module_package in flax:flax optax:optax orbax.checkpoint:orbax-checkpoint grain:grain \
+      sentencepiece:sentencepiece gin:gin-config tensorboardX:tensorboardX tqdm:tqdm \
+      matplotlib:matplotlib isal:isal; do
+    "$python" -c "import ${module_package%%:*}" 2>/dev/null || missing+=("${module_package#*:}")
   done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing the missing ${missing[*]}"
+    if [ -n "${WHEELS:-}" ]; then
+      "$python" -m pip install --quiet --no-index --no-deps "$WHEELS"/*.whl || exit 1
+    else
+      "$python" -m pip install --quiet "${missing[@]}" || exit 1
+    fi
+  fi
   out=${OUT:-results} tag=gpu platform=gpu
-  lengths_layer=4096,16384,65536,262144 lengths_model=2048,8192,32768
-  config=regular repeats=5 cap=30 share=85 targets_share=110 steps=300
+  lengths_layer=4096,16384,65536,262144 lengths_model=2048,8192,32768 blocks=128,1024,8192 blocks_len=65536
+  # Configurations are prepared 4 at a time (process start, imports, inputs) and compiled and
+  # timed one at a time (speed --jobs). On an H200 (2026-12-04) compiling took 1-7 s per
+  # layer and 8-22 s per model configuration, most of the wall time: the shares below (s after
+  # which a sweep starts nothing new) fit the whole script into about 8 minutes.
+  config=regular repeats=5 cap=60 jobs=4 steps=200
+  share_bf16=60 share_f32=45 share_blocks=45 share_model=90 share_targets=90
 else
   export JAX_PLATFORMS=cpu
   out=${OUT:-runs/gpu_check_tiny} tag=tiny platform=cpu
-  lengths_layer=16,32 lengths_model=16 config=small repeats=1 cap=60 share=900 targets_share=0
-  steps=20
+  lengths_layer=16,32 lengths_model=16 blocks=8,16 blocks_len=32 config=small repeats=1 cap=60 jobs=2 steps=20
+  share_bf16=900 share_f32=900 share_blocks=900 share_model=900 share_targets=0
 fi
 performer="$python -m performer.cli"
 data=${DATA:-runs/data/trembl-sample}
 mkdir -p "$out"
-device=$("$python" -c "import jax; d = jax.devices()[0]; print(f'{d.platform}: {d.device_kind} (jax {jax.__version__})')")
+device=$("$python" -c "import jax; d = jax.devices()[0]; print(f'{d.platform}: {d.device_kind} (jax {jax.__version__})')") \
+  || { echo "jax does not start here" >&2; exit 1; }
 echo "device: $device"
+failed=()
+step() {  # step NAME COMMAND...: runs it, and on failure says so and goes on
+  echo "== $1 ($(( $(date +%s) - start )) s)"
+  local name=$1
+  shift
+  "$@" || { echo "step failed: $name" >&2; failed+=("$name"); }
+}
 
-# Fig. 3's layer sweep: FAVOR+ against naive exact and jax.nn.dot_product_attention (cuDNN flash
-# attention on the GPU in bfloat16), both directions, float32 and bfloat16, until memory runs out.
-for dtype in float32 bfloat16; do
-  $performer speed --layer-only --config "$config" \
-      --attention exact,exact_dot_product,performer_softmax --mode fwdbwd \
-      --seq-lens "$lengths_layer" --dtype "$dtype" --repeats "$repeats" --time-cap "$cap" \
-      --deadline "$share" --out "$out/speed_layer_${dtype}_${tag}.json"
-  $performer figure speed --input "$out/speed_layer_${dtype}_${tag}.json" \
-      --out "$out/speed_layer_${dtype}_${tag}.png"
-done
-# The whole model, in bfloat16 (what a GPU user trains in).
-$performer speed --config "$config" \
-    --attention exact,exact_dot_product,performer_softmax,identity --mode fwdbwd \
-    --seq-lens "$lengths_model" --dtype bfloat16 --repeats "$repeats" --time-cap "$cap" \
-    --deadline "$share" --out "$out/speed_model_bfloat16_${tag}.json"
-$performer figure speed --input "$out/speed_model_bfloat16_${tag}.json" \
-    --out "$out/speed_model_bfloat16_${tag}.png"
+sweep() {  # sweep NAME SHARE ARGS...: one `performer speed` run into $out/speed_NAME_$tag.json
+  local name=$1 share=$2
+  shift 2
+  step "$name" $performer speed --repeats "$repeats" --time-cap "$cap" --jobs "$jobs" \
+      --deadline "$share" --out "$out/speed_${name}_${tag}.json" "$@"
+}
+# Fig. 3's layer sweep: FAVOR+ against jax.nn.dot_product_attention (cuDNN flash attention on
+# the GPU in bfloat16) and naive exact, both directions, until memory runs out; in float32,
+# where jax.nn.dot_product_attention is XLA's naive composition, against naive exact only.
+sweep layer_bfloat16 "$share_bf16" --layer-only --config "$config" --dtype bfloat16 \
+    --attention performer_softmax,exact_dot_product,exact --mode fwdbwd --seq-lens "$lengths_layer"
+sweep layer_float32 "$share_f32" --layer-only --config "$config" --dtype float32 \
+    --attention performer_softmax,exact --mode fwdbwd --seq-lens "$lengths_layer"
+# FAVOR+'s block length: its loops over blocks took a fixed time per step on the H200.
+sweep blocks_bfloat16 "$share_blocks" --layer-only --config "$config" --dtype bfloat16 \
+    --attention performer_softmax --mode fwdbwd --seq-lens "$blocks_len" \
+    --chunk-sizes "$blocks"
+# The whole model, in bfloat16 (what a GPU user trains in), with identity attention (OPT).
+sweep model_bfloat16 "$share_model" --config "$config" --dtype bfloat16 \
+    --attention performer_softmax,exact_dot_product,identity --mode fwdbwd \
+    --seq-lens "$lengths_model"
 # The target ratios (tiny: the plan only, every row skipped).
-$performer speed --targets --repeats "$repeats" --time-cap "$cap" --deadline "$targets_share" \
-    --out "$out/speed_targets_${tag}.json"
+sweep targets "$share_targets" --targets
 # A mini training run's throughput (the quick start's model), the loop against its compiled step.
 if [ ! -e "$data/manifest.json" ]; then
-  $performer prepare-trembl --sample --out "$data"
+  step "prepare data" $performer prepare-trembl --sample --out "$data"
 fi
-$performer throughput --gin gin/mini/trembl_u_performer_relu.gin \
+step throughput $performer throughput --gin gin/mini/trembl_u_performer_relu.gin \
     --gin_param "DataConfig.path='$data'" --devices 1 --steps "$steps" --log-every 10 \
     --platform "$platform" --out "$out/throughput_${tag}.json"
+for name in speed_layer_bfloat16 speed_layer_float32 speed_blocks_bfloat16 speed_model_bfloat16; do
+  [ -e "$out/${name}_${tag}.json" ] && step "figure $name" $performer figure speed \
+      --input "$out/${name}_${tag}.json" --out "$out/${name}_${tag}.png"
+done
 echo "device: $device; done in $(( $(date +%s) - start )) s; outputs in $out/"
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "failed steps: ${failed[*]}" >&2
+  exit 1
+fi

@@ -9,7 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.slow  # about 6 minutes on 2 cores (a fresh process per configuration)
+@pytest.mark.slow  # about 3 minutes on 2 cores (a fresh process per configuration)
 def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
   env = {**os.environ, "OUT": str(tmp_path / "out"), "DATA": str(tmp_path / "data")}
   done = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_check.sh"), "--tiny"],
@@ -17,14 +17,21 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.startswith("device: cpu: ")
   out = tmp_path / "out"
-  for name in ("speed_layer_float32", "speed_layer_bfloat16", "speed_model_bfloat16"):
+  expected = {"speed_layer_bfloat16": {"exact", "exact_dot_product", "performer_softmax"},
+              "speed_layer_float32": {"exact", "performer_softmax"},
+              "speed_blocks_bfloat16": {"performer_softmax"},
+              "speed_model_bfloat16": {"exact_dot_product", "performer_softmax", "identity"}}
+  for name, attentions in expected.items():
     record = json.loads((out / f"{name}_tiny.json").read_text())
     rows = record["rows"]
-    assert {r["attention"] for r in rows} >= {"exact", "exact_dot_product", "performer_softmax"}
+    assert {r["attention"] for r in rows} == attentions
     assert all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
-    assert {r.get("implementation") for r in rows if r["attention"] == "exact_dot_product"} == {
+    assert {r.get("implementation") for r in rows if r["attention"] == "exact_dot_product"} <= {
         "xla"}  # cudnn needs an NVIDIA GPU
     assert (out / f"{name}_tiny.png").stat().st_size > 10_000
+  blocks = json.loads((out / "speed_blocks_bfloat16_tiny.json").read_text())["rows"]
+  assert sorted((r["direction"], r["chunk_size"]) for r in blocks) == [
+      ("bidirectional", 8), ("bidirectional", 16), ("causal", 8), ("causal", 16)]
   targets = json.loads((out / "speed_targets_tiny.json").read_text())
   assert {r["status"] for r in targets["rows"]} == {"skipped"}  # tiny: the plan only
   throughput = json.loads((out / "throughput_tiny.json").read_text())

@@ -11,6 +11,7 @@ crashes on it.
 ratios of `ratios()`; any run prints whichever of them its rows allow.
 """
 
+import concurrent.futures
 import dataclasses
 import json
 import math
@@ -18,6 +19,8 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 import tqdm
@@ -113,6 +116,10 @@ class SpeedConfig:
   profile: str | None = flag(None, "also trace 3 extra runs of each configuration with "
                              "jax.profiler into DIR/<configuration>/ and store its top XLA "
                              "operations in the row", metavar="DIR")
+  jobs: int = flag(1, "configurations prepared at once (process start, imports, inputs); each "
+                     "still compiles and runs alone, holding a lock on the device. For a GPU, "
+                     "where preparing dominates a sweep's wall time; keep 1 on a CPU, where the "
+                     "preparing processes would share the cores of the timed run")
   dtype: str = flag("float32", "activations and matmuls (ModelConfig.dtype; parameters stay "
                     "float32, attention softmax and FAVOR sums run in float32)",
                     choices=DTYPES)
@@ -133,6 +140,8 @@ class SpeedConfig:
       raise UserError(f"sequence lengths must be >= 1, got {self.seq_lens}")
     if self.repeats < 1:
       raise UserError(f"--repeats must be >= 1, got {self.repeats}")
+    if self.jobs < 1:
+      raise UserError(f"--jobs must be >= 1, got {self.jobs}")
     if not 0 < self.time_cap < math.inf:
       raise UserError(f"--time-cap must be a finite number of seconds > 0, got {self.time_cap}")
     if self.deadline is not None and not 0 <= self.deadline < math.inf:
@@ -214,20 +223,29 @@ def targets_plan():
   return series
 
 
-def run_one(spec_, cfg):
-  """Measures one configuration in a fresh process; returns its row (never raises for it)."""
+def run_one(spec_, cfg, lock=None):
+  """Measures one configuration in a fresh process; returns its row (never raises for it).
+
+  lock: the device lock file of a --jobs run; the worker's wait for it is
+  not counted against the time cap, so the process may live cfg.jobs caps.
+  """
   start = time.time()
   job = dict(spec_, repeats=cfg.repeats, memory_cap=cfg.memory_cap,
-             deadline=start + 0.9 * cfg.time_cap)
+             deadline=start + 0.9 * cfg.time_cap, lock=lock)
   if cfg.profile:
     job["profile"] = os.path.join(cfg.profile, _name(spec_).replace(" ", "_"))
   row = dict(spec_)
+  env = None
+  if lock:  # one process may not take 75% of the GPU's memory up front while others wait
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ}
   try:
     done = subprocess.run([sys.executable, "-m", "performer.experiments.speed_worker",
-                           json.dumps(job)], capture_output=True, text=True,
-                          timeout=cfg.time_cap, check=False)
+                           json.dumps(job)], capture_output=True, text=True, env=env,
+                          timeout=cfg.time_cap * cfg.jobs, check=False)
   except subprocess.TimeoutExpired:
-    return dict(row, status="timeout", detail=f"not done within the {cfg.time_cap:g} s time cap",
+    waits = " (--time-cap times --jobs: it may have waited for the others)" if lock else ""
+    return dict(row, status="timeout",
+                detail=f"not done within the {cfg.time_cap * cfg.jobs:g} s time cap{waits}",
                 wall_s=round(time.time() - start, 2))
   row["wall_s"] = round(time.time() - start, 2)
   lines = done.stdout.strip().splitlines()
@@ -260,25 +278,42 @@ def run(cfg, *, progress=True, log=None):
   log = log or tqdm.tqdm.write
   series = plan(cfg)
   total = sum(len(s) for s in series)
-  rows = []
   end = None if cfg.deadline is None else time.time() + cfg.deadline
-  with tqdm.tqdm(total=total, desc="speed", unit="config", disable=not progress) as bar:
-    for specs in series:
-      for i, one in enumerate(specs):
-        if end is not None and time.time() >= end:  # not measured: say so, row by row
-          rows.append(dict(one, status="skipped", detail=f"not started: the --deadline of "
-                           f"{cfg.deadline:g} s had passed"))
+  shown = threading.Lock()  # the bar and the log, from --jobs threads
+
+  def one_series(specs, lock):
+    rows = []
+    for i, one in enumerate(specs):
+      if end is not None and time.time() >= end:  # not measured: say so, row by row
+        rows.append(dict(one, status="skipped", detail=f"not started: the --deadline of "
+                         f"{cfg.deadline:g} s had passed"))
+        with shown:
           bar.update(1)
-          continue
+        continue
+      with shown:
         bar.set_postfix_str(_name(one), refresh=True)
-        row = run_one(one, cfg)
-        rows.append(row)
+      row = run_one(one, cfg, lock)
+      rows.append(row)
+      failed = row["status"] != "ok"
+      with shown:
         bar.update(1)
-        if row["status"] != "ok":
+        if failed:
           log(f"{_name(one)}: {row['status']} ({row.get('detail', '')}); "
               f"longer L of this series skipped")
           bar.update(len(specs) - i - 1)
-          break
+      if failed:
+        break
+    return rows
+
+  with tqdm.tqdm(total=total, desc="speed", unit="config", disable=not progress) as bar:
+    if cfg.jobs == 1:
+      rows = [row for specs in series for row in one_series(specs, None)]
+    else:  # series side by side; their rows in plan order
+      with tempfile.TemporaryDirectory() as folder, \
+          concurrent.futures.ThreadPoolExecutor(cfg.jobs) as pool:
+        lock = os.path.join(folder, "device.lock")
+        rows = [row for done in [pool.submit(one_series, specs, lock) for specs in series]
+                for row in done.result()]
   matmul = measure_matmul(cfg)
   first = next((r for r in rows if "jax_version" in r), matmul)  # measured by the workers
   env = {"python": platform.python_version(), "machine": platform.machine(),

@@ -28,7 +28,9 @@ peak, which then includes compilation.
 """
 
 import collections
+import contextlib
 import ctypes
+import fcntl
 import glob
 import gzip
 import json
@@ -57,8 +59,14 @@ SCAN = "favor_scan"
 
 
 def measure(spec):
-  """Measures `spec` (a dict from `speed.spec`, plus repeats, memory_cap, deadline
-  and profile) and returns the row's measured fields.
+  """Measures `spec` (a dict from `speed.spec`, plus repeats, memory_cap, deadline,
+  profile and lock) and returns the row's measured fields.
+
+  With spec["lock"] (a file path, `speed --jobs` > 1) the process builds its
+  inputs at once, then holds an exclusive lock on that file while it compiles
+  and runs, so that configurations prepared side by side take the device one
+  at a time (XLA's GPU compiler runs kernels too, to autotune); the wait is
+  added to its deadline and returned as lock_wait_s.
 
   Returns:
     dict with status "ok" and median_ms, min_ms, max_ms, times_ms, repeats,
@@ -68,24 +76,45 @@ def measure(spec):
   """
   memory = _PeakMemory()
   if spec["attention"] == speed_pytorch.NAME:  # eager torch: nothing to compile or plan
-    run, args = speed_pytorch.build(spec, NUM_FEATURES)
-    compiled, compile_s, xla_bytes = None, 0.0, None
+    fn, (run, args) = None, speed_pytorch.build(spec, NUM_FEATURES)
   else:
-    fn, args = _build(spec)
-    start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - start
-    xla_bytes = planned_bytes(compiled)
-    cap = spec.get("memory_cap") or available_bytes()
-    if cap and xla_bytes and xla_bytes > cap:
-      return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
-              "detail": f"XLA's buffer plan needs {format_bytes(xla_bytes)}, "
-                        f"more than the {format_bytes(cap)} memory cap"}
-    run = lambda: jax.block_until_ready(compiled(*args))
-  try:
+    run, (fn, args) = None, _build(spec)
+  with _device_lock(spec.get("lock")) as waited:
+    row = _compile_and_time(spec, memory, fn, run, args,
+                            deadline=spec.get("deadline") and spec["deadline"] + waited)
+  return dict(row, lock_wait_s=round(waited, 2)) if spec.get("lock") else row
+
+
+@contextlib.contextmanager
+def _device_lock(path):
+  """Holds an exclusive flock on `path` (None: no lock); yields the seconds waited for it."""
+  if path is None:
+    yield 0.0
+    return
+  start = time.perf_counter()
+  with open(path, "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+    yield time.perf_counter() - start
+
+
+def _compile_and_time(spec, memory, fn, run, args, deadline):
+  """measure()'s row for the jax function `fn` (compiled here) or the eager `run`."""
+  compiled, xla_bytes = None, None
+  compile_s = 0.0 if fn is None else None  # None in a row: compiling ran out of memory
+  try:  # XLA's GPU compiler allocates too (autotuning runs the kernels): it can run out
+    if fn is not None:
+      start = time.perf_counter()
+      compiled = jax.jit(fn).lower(*args).compile()
+      compile_s = time.perf_counter() - start
+      xla_bytes = planned_bytes(compiled)
+      cap = spec.get("memory_cap") or available_bytes()
+      if cap and xla_bytes and xla_bytes > cap:
+        return {"status": "oom", "compile_s": compile_s, "xla_bytes": xla_bytes,
+                "detail": f"XLA's buffer plan needs {format_bytes(xla_bytes)}, "
+                          f"more than the {format_bytes(cap)} memory cap"}
+      run = lambda: jax.block_until_ready(compiled(*args))
     peak_bytes, source = memory.measure(run, args)  # also the first warm-up
     run()  # warm-up with the allocator as the timed runs see it
-    deadline = spec.get("deadline")
     times = []
     for _ in range(spec["repeats"]):
       if times and deadline and time.time() + max(times) > deadline:

@@ -104,7 +104,8 @@ def report(cfg, result):  # pylint: disable=unused-argument
 
 
 def _spawn(cfg, devices):
-  env = dict(os.environ, JAX_PLATFORMS=cfg.platform)
+  # JAX_PLATFORMS=gpu also asks for ROCm, which JAX 0.11's CUDA build refuses (seen on an H200).
+  env = dict(os.environ, JAX_PLATFORMS={"cpu": "cpu", "gpu": "cuda"}[cfg.platform])
   if cfg.platform == "cpu":
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                         f" --xla_force_host_platform_device_count={devices}").strip()
@@ -129,9 +130,10 @@ def _worker(spec):
 
   try:
     jax.devices()
-  except RuntimeError as e:  # e.g. "Unable to initialize backend 'rocm'"
+  except (RuntimeError, AssertionError) as e:  # JAX without CUDA fails an assert on "cuda"
+    reason = (str(e).splitlines() or [f"{type(e).__name__} in jax.devices()"])[0]
     raise UserError(f"--platform {spec['platform']}: JAX here has no working {spec['platform']} "
-                    f"backend ({str(e).splitlines()[0]}); for NVIDIA GPUs install JAX's CUDA "
+                    f"backend ({reason}); for NVIDIA GPUs install JAX's CUDA "
                     "build: pip install -U 'jax[cuda12]'") from None
   steps, every = spec["steps"], spec["log_every"]
   cfg = Config.from_json(spec["run"])

@@ -131,7 +131,9 @@ def render(input_path, out_path):
   against = ("chunk size" if all(studies) else "L" if not any(studies)
              else "L (rows with several chunk sizes: against chunk size)")
   opt = "; identity = OPT" if any(r["attention"] == "identity" for r in rows) else ""
-  fig.suptitle(f"Speed and memory against {against} on {device} (batch 1{opt})", fontsize=11)
+  dtypes = "/".join(sorted({r.get("dtype") or "float32" for r in rows}))
+  fig.suptitle(f"Speed and memory against {against} on {device} (batch 1, {dtypes}{opt})",
+               fontsize=11)
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path

@@ -1,15 +1,18 @@
 """The speed harness: tiny real runs end to end, the oom and timeout paths, the ratios."""
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from performer.errors import UserError
 from performer import memory
-from performer.experiments import results, speed, speed_pytorch
+from performer.experiments import results, speed, speed_pytorch, speed_worker
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
@@ -98,6 +101,51 @@ def test_time_cap_gives_a_timeout_row():
   rows = speed.run(cfg, progress=False, log=lambda s: None).rows
   assert [r["status"] for r in rows] == ["timeout"]
   assert "0.05 s time cap" in rows[0]["detail"]
+
+
+def test_jobs_run_series_side_by_side_in_plan_order():
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("identity", "exact"),
+                          directions=("bidirectional", "causal"), modes=("fwd",),
+                          seq_lens=(16, 32), repeats=1, jobs=3)
+  rows = speed.run(cfg, progress=False, log=lambda s: None).rows
+  assert [(r["attention"], r["direction"], r["L"]) for r in rows] == [
+      (a, d, n) for a in ("identity", "exact") for d in ("bidirectional", "causal")
+      for n in (16, 32)]
+  assert all(r["status"] == "ok" and r["lock_wait_s"] >= 0 for r in rows), rows
+
+
+def test_a_job_compiles_and_runs_only_while_it_holds_the_device_lock(tmp_path):
+  # The lock is held here for 6 s (a worker imports jax in 2-4 s): the worker
+  # compiles and runs only after it, and reports its wait.
+  lock = str(tmp_path / "device.lock")
+  one = speed.spec("small", "identity", "causal", "fwd", 16, layer=True)
+  cfg = speed.SpeedConfig(repeats=1, time_cap=60, jobs=2)
+  rows = []
+  with open(lock, "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    worker = threading.Thread(target=lambda: rows.append(speed.run_one(one, cfg, lock)))
+    worker.start()
+    time.sleep(6.0)
+  worker.join()
+  (row,) = rows
+  assert row["status"] == "ok", row
+  assert row["lock_wait_s"] > 0.5 and row["wall_s"] > 6.0
+
+
+def test_running_out_of_memory_while_compiling_is_oom(monkeypatch):
+  # Seen on an H200: XLA's autotuner allocated the 128 GiB score matrix of float32 exact
+  # attention at L = 65,536 while compiling, before any buffer plan existed.
+  class Jitted:
+    def lower(self, *args):
+      return self
+
+    def compile(self):
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 128.02GiB")
+
+  monkeypatch.setattr(speed_worker.jax, "jit", lambda fn: Jitted())
+  row = speed_worker.measure(dict(speed.spec("small", "exact", "causal", "fwd", 16, layer=True),
+                                  repeats=1))
+  assert row["status"] == "oom" and "128.02GiB" in row["detail"] and row["compile_s"] is None
 
 
 def test_a_worker_killed_by_the_kernel_is_oom_and_a_crash_is_an_error(monkeypatch):
