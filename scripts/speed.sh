@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the speed results in results/ (see results/README.md):
 #   bash scripts/speed.sh [TAG] [TIME_CAP]
-# TAG names the files (default cpu): results/speed_{regular,small,layer,chunks,targets,peers}_TAG.json
+# TAG names the files (default cpu): results/speed_{regular,small,regular_long,layer,chunks,targets,peers}_TAG.json
 # and a figure for each sweep. TIME_CAP is seconds per configuration (default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,11 @@ for config in regular small; do
   $performer figure speed --input "results/speed_${config}_${tag}.json" \
       --out "results/speed_${config}_${tag}.png"
 done
+# Fig. 3's curves, regular model fwd+bwd, with three times the cap: how far each attention reaches.
+$performer speed --config regular --attention exact,performer_softmax,identity --mode fwdbwd \
+    --repeats 3 --time-cap "$(( ${cap%.*} * 3 ))" --out "results/speed_regular_long_${tag}.json"
+$performer figure speed --input "results/speed_regular_long_${tag}.json" \
+    --out "results/speed_regular_long_${tag}.png"
 $performer speed --layer-only \
     --attention exact,exact_blockwise,exact_dot_product,performer_softmax,performer_favorpp,performer_favorsharp,identity,favor_scan \
     --mode fwdbwd --repeats 3 --time-cap "$cap" --out "results/speed_layer_${tag}.json"
