@@ -235,9 +235,8 @@ def run_one(spec_, cfg, lock=None):
   if cfg.profile:
     job["profile"] = os.path.join(cfg.profile, _name(spec_).replace(" ", "_"))
   row = dict(spec_)
-  env = None
-  if lock:  # one process may not take 75% of the GPU's memory up front while others wait
-    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ}
+  # With a lock, no process may take 75% of the GPU's memory up front while others wait.
+  env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", **os.environ} if lock else None
   try:
     done = subprocess.run([sys.executable, "-m", "performer.experiments.speed_worker",
                            json.dumps(job)], capture_output=True, text=True, env=env,
@@ -305,15 +304,13 @@ def run(cfg, *, progress=True, log=None):
         break
     return rows
 
-  with tqdm.tqdm(total=total, desc="speed", unit="config", disable=not progress) as bar:
-    if cfg.jobs == 1:
-      rows = [row for specs in series for row in one_series(specs, None)]
-    else:  # series side by side; their rows in plan order
-      with tempfile.TemporaryDirectory() as folder, \
-          concurrent.futures.ThreadPoolExecutor(cfg.jobs) as pool:
-        lock = os.path.join(folder, "device.lock")
-        rows = [row for done in [pool.submit(one_series, specs, lock) for specs in series]
-                for row in done.result()]
+  # Series side by side (one at a time without --jobs); their rows in plan order.
+  with tqdm.tqdm(total=total, desc="speed", unit="config", disable=not progress) as bar, \
+      tempfile.TemporaryDirectory() as folder, \
+      concurrent.futures.ThreadPoolExecutor(cfg.jobs) as pool:
+    lock = os.path.join(folder, "device.lock") if cfg.jobs > 1 else None
+    rows = [row for done in [pool.submit(one_series, specs, lock) for specs in series]
+            for row in done.result()]
   matmul = measure_matmul(cfg)
   first = next((r for r in rows if "jax_version" in r), matmul)  # measured by the workers
   env = {"python": platform.python_version(), "machine": platform.machine(),
