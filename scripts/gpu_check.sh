@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU measurement, ready to start on a machine with an NVIDIA GPU (README.md: Speed):
-#   bash scripts/gpu_check.sh            # about 8 minutes; writes results/*_gpu.json and figures
+#   bash scripts/gpu_check.sh            # about 8 minutes; writes results/gpu_forms/*_gpu.json and figures
 #   bash scripts/gpu_check.sh --tiny     # the same steps at toy sizes on any machine (a test)
 # The project runs from this tree (PYTHONPATH, nothing installed) on the JAX already
 # installed when it sees the GPU (GPU machines are often offline); otherwise, online, it
@@ -8,7 +8,7 @@
 # wheels, installed as they are with pip --no-deps: `pip download --no-deps -d wheels grain
 # array-record portpicker gin-config tensorboardX isal` for the GPU machine's Python, on a
 # machine with the internet) or from PyPI.
-# Environment: OUT (results folder; default results/, --tiny: runs/gpu_check_tiny),
+# Environment: OUT (results folder; default results/gpu_forms/, --tiny: runs/gpu_check_tiny),
 # DATA (a prepare-trembl dataset for the training throughput; default the sample proteome,
 # prepared when absent, which needs PyPI: carry a prepared copy to an offline machine).
 # A step that fails is reported and the others still run; the exit status says if any failed.
@@ -45,19 +45,22 @@ if [ "$tiny" = 0 ]; then
       "$python" -m pip install --quiet "${missing[@]}" || exit 1
     fi
   fi
-  out=${OUT:-results} tag=gpu platform=gpu
-  lengths_layer=4096,16384,65536,262144 lengths_model=2048,8192,32768 blocks=128,1024,8192 blocks_len=65536
+  out=${OUT:-results/gpu_forms} tag=gpu platform=gpu
+  lengths_layer=4096,16384,65536,262144 lengths_model=2048,8192,32768
+  blocks=8192,65536,262144 blocks_len=262144 chunks=32,64,128 spans=4096,16384,65536 chunks_len=65536
   # Configurations are prepared 4 at a time (process start, imports, inputs) and compiled and
   # timed one at a time (speed --jobs). On an H200 (2026-12-04) compiling took 1-7 s per
   # layer and 8-22 s per model configuration, most of the wall time: the shares below (s after
-  # which a sweep starts nothing new) fit the whole script into about 8 minutes.
+  # which a sweep starts nothing new) fit the whole script into about 8 minutes (511 s in the
+  # second run); the targets are the CPU's: here only their plan is written.
   config=regular repeats=5 cap=60 jobs=4 steps=200
-  share_bf16=60 share_f32=45 share_blocks=45 share_model=90 share_targets=90
+  share_bf16=80 share_f32=30 share_blocks=25 share_chunks=50 share_model=75 share_targets=0
 else
   export JAX_PLATFORMS=cpu
   out=${OUT:-runs/gpu_check_tiny} tag=tiny platform=cpu
-  lengths_layer=16,32 lengths_model=16 blocks=8,16 blocks_len=32 config=small repeats=1 cap=60 jobs=2 steps=20
-  share_bf16=900 share_f32=900 share_blocks=900 share_model=900 share_targets=0
+  lengths_layer=16,32 lengths_model=16 blocks=8,16 blocks_len=32 chunks=8,16 spans=16,32 chunks_len=32
+  config=small repeats=1 cap=60 jobs=2 steps=20
+  share_bf16=900 share_f32=900 share_blocks=900 share_chunks=900 share_model=900 share_targets=0
 fi
 performer="$python -m performer.cli"
 data=${DATA:-runs/data/trembl-sample}
@@ -86,10 +89,14 @@ sweep layer_bfloat16 "$share_bf16" --layer-only --config "$config" --dtype bfloa
     --attention performer_softmax,exact_dot_product,exact --mode fwdbwd --seq-lens "$lengths_layer"
 sweep layer_float32 "$share_f32" --layer-only --config "$config" --dtype float32 \
     --attention performer_softmax,exact --mode fwdbwd --seq-lens "$lengths_layer"
-# FAVOR+'s block length: its loops over blocks took a fixed time per step on the H200.
+# FAVOR+'s forms (favor.FORMS): the bidirectional block length (the whole sequence: no loop),
+# and the causal chunk length against the span computed at once per loop step.
 sweep blocks_bfloat16 "$share_blocks" --layer-only --config "$config" --dtype bfloat16 \
-    --attention performer_softmax --mode fwdbwd --seq-lens "$blocks_len" \
-    --chunk-sizes "$blocks"
+    --attention performer_softmax --direction bidirectional --mode fwdbwd \
+    --seq-lens "$blocks_len" --chunk-sizes "$blocks"
+sweep chunks_bfloat16 "$share_chunks" --layer-only --config "$config" --dtype bfloat16 \
+    --attention performer_softmax --direction causal --mode fwdbwd \
+    --seq-lens "$chunks_len" --chunk-sizes "$chunks" --spans "$spans"
 # The whole model, in bfloat16 (what a GPU user trains in), with identity attention (OPT).
 sweep model_bfloat16 "$share_model" --config "$config" --dtype bfloat16 \
     --attention performer_softmax,exact_dot_product,identity --mode fwdbwd \
@@ -103,7 +110,11 @@ fi
 step throughput $performer throughput --gin gin/mini/trembl_u_performer_relu.gin \
     --gin_param "DataConfig.path='$data'" --devices 1 --steps "$steps" --log-every 10 \
     --platform "$platform" --out "$out/throughput_${tag}.json"
-for name in speed_layer_bfloat16 speed_layer_float32 speed_blocks_bfloat16 speed_model_bfloat16; do
+# FAVOR's forms against their references on this device (exact path, no-leak, large norms).
+[ "$tiny" = 0 ] && step "favor tests" timeout 90 "$python" -m pytest -q -x -p no:cacheprovider \
+    tests/favor/test_attention.py -k "oracle or future or large_norm or loop or gradients"
+for name in speed_layer_bfloat16 speed_layer_float32 speed_blocks_bfloat16 speed_chunks_bfloat16 \
+    speed_model_bfloat16; do
   [ -e "$out/${name}_${tag}.json" ] && step "figure $name" $performer figure speed \
       --input "$out/${name}_${tag}.json" --out "$out/${name}_${tag}.png"
 done

@@ -20,6 +20,7 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
   expected = {"speed_layer_bfloat16": {"exact", "exact_dot_product", "performer_softmax"},
               "speed_layer_float32": {"exact", "performer_softmax"},
               "speed_blocks_bfloat16": {"performer_softmax"},
+              "speed_chunks_bfloat16": {"performer_softmax"},
               "speed_model_bfloat16": {"exact_dot_product", "performer_softmax", "identity"}}
   for name, attentions in expected.items():
     record = json.loads((out / f"{name}_tiny.json").read_text())
@@ -31,7 +32,11 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
     assert (out / f"{name}_tiny.png").stat().st_size > 10_000
   blocks = json.loads((out / "speed_blocks_bfloat16_tiny.json").read_text())["rows"]
   assert sorted((r["direction"], r["chunk_size"]) for r in blocks) == [
-      ("bidirectional", 8), ("bidirectional", 16), ("causal", 8), ("causal", 16)]
+      ("bidirectional", 8), ("bidirectional", 16)]
+  chunks = json.loads((out / "speed_chunks_bfloat16_tiny.json").read_text())["rows"]
+  assert sorted((r["direction"], r["chunk_size"], r["span"]) for r in chunks) == [
+      ("causal", c, s) for c in (8, 16) for s in (16, 32)]
+  assert all(r["form"] == {"block": 512, "chunk": 128, "span": 128} for r in blocks + chunks)
   targets = json.loads((out / "speed_targets_tiny.json").read_text())
   assert {r["status"] for r in targets["rows"]} == {"skipped"}  # tiny: the plan only
   throughput = json.loads((out / "throughput_tiny.json").read_text())

@@ -10,12 +10,12 @@ from performer.attention.registry import register
 class LinearAttention(nnx.Module):
   """phi(x) = elu(x) + 1 on unscaled q and k; bidirectional or causal (chunked)."""
 
-  def __init__(self, *, chunk_size=None):
-    self.chunk_size = chunk_size
+  def __init__(self, *, chunk_size=None, span=None):
+    self.chunk_size, self.span = chunk_size, span  # None: the platform's (favor.form())
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
     return favor.favor_attention(q, k, v, None, kernel="elu_plus_one", causal=causal, mask=mask,
-                                 chunk_size=self.chunk_size, scale=1.0)
+                                 chunk_size=self.chunk_size, span=self.span, scale=1.0)
 
   def decode_init(self, batch, num_heads, dv):
     return favor.causal_decode_init(batch, num_heads, dv, dv)

@@ -67,7 +67,9 @@ class SpeedConfig:
     "oom" without running (default: the device's limit, or 90% of the
     memory available when the worker starts).
   chunk_sizes: block lengths of the Performer attentions (None: the
-    library default).
+    library's default for the platform, favor.form()).
+  spans: causal Performer spans, tokens computed at once per loop step
+    (None: the platform's default).
   profile: a folder; each configuration then traces 3 extra runs into a
     subfolder of it and its row gets the top XLA operations by time.
 
@@ -105,8 +107,11 @@ class SpeedConfig:
   chunk_sizes: tuple[int | None, ...] = flag(
       (None,), "block lengths of the Performer attentions to compare",
       parse=lambda text: split(text, int),
-      shown="the library's, favor.DEFAULT_CHUNK_SIZE causal, favor.BIDIRECTIONAL_BLOCK "
-            "bidirectional")
+      shown="the platform's (favor.form(): causal chunk, bidirectional block)")
+  spans: tuple[int | None, ...] = flag(
+      (None,), "causal Performer spans (tokens per loop step, a multiple of the chunk; >= L: "
+      "no loop) to compare", parse=lambda text: split(text, int),
+      shown="the platform's (favor.form())")
   targets: bool = flag(False, "run only the measurements behind the target ratios (about "
                               "20 minutes on 2 CPU cores; with the peers extra installed, also "
                               "performer-pytorch's); ignores the selection flags")
@@ -148,8 +153,9 @@ class SpeedConfig:
       raise UserError(f"--deadline must be a finite number of seconds >= 0, got {self.deadline}")
     if self.memory_cap is not None and self.memory_cap < 1:
       raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
-    if any(c is not None and c < 1 for c in self.chunk_sizes):
-      raise UserError(f"chunk sizes must be >= 1, got {self.chunk_sizes}")
+    for name, values in (("chunk sizes", self.chunk_sizes), ("spans", self.spans)):
+      if any(c is not None and c < 1 for c in values):
+        raise UserError(f"{name} must be >= 1, got {values}")
     if self.dtype not in DTYPES:
       raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
     if self.peers and (reason := speed_pytorch.missing()):
@@ -161,8 +167,12 @@ class SpeedConfig:
                       "performer_softmax in --attention")
     if self.peers and self.dtype != "float32":
       raise UserError("--peers runs float32 only (performer-pytorch's CPU path)")
-    if self.chunk_sizes != (None,) and not any(a.startswith("performer") for a in self.attentions):
-      raise UserError("--chunk-sizes applies to the performer_* attentions; none is selected")
+    if ((self.chunk_sizes, self.spans) != ((None,), (None,))
+        and not any(a.startswith("performer") for a in self.attentions)):
+      raise UserError("--chunk-sizes and --spans apply to the performer_* attentions; none is "
+                      "selected")
+    if self.spans != (None,) and "causal" not in self.directions:
+      raise UserError("--spans applies to causal attention: add --direction causal")
     if not plan(self):  # the only filter: favor_scan is causal only
       raise UserError(f"this selection measures nothing: {SCAN} runs causal only; "
                       "add --direction causal or another --attention")
@@ -171,11 +181,13 @@ class SpeedConfig:
 CONFIG = SpeedConfig
 
 
-def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, dtype="float32"):
+def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
+         dtype="float32"):
   """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
+  performer = attention.startswith("performer")
   return {"config": config, "attention": attention, "direction": direction, "mode": mode,
-          "L": length, "layer": layer,
-          "chunk_size": chunk_size if attention.startswith("performer") else None, "dtype": dtype}
+          "L": length, "layer": layer, "chunk_size": chunk_size if performer else None,
+          "span": span if performer and direction == "causal" else None, "dtype": dtype}
 
 
 def plan(cfg):
@@ -191,11 +203,14 @@ def plan(cfg):
         if attention != SCAN and direction == "causal" and not backends.info(attention).causal:
           continue  # a bidirectional-only backend (Linformer)
         for mode in cfg.modes:
-          chunks = cfg.chunk_sizes if attention.startswith("performer") else (None,)
+          performer = attention.startswith("performer")
+          chunks = cfg.chunk_sizes if performer else (None,)
+          spans = cfg.spans if performer and direction == "causal" else (None,)
           for chunk in chunks:
-            series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
-                                chunk_size=chunk, dtype=cfg.dtype)
-                           for n in sorted(set(cfg.seq_lens))])
+            for span in spans:
+              series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
+                                  chunk_size=chunk, span=span, dtype=cfg.dtype)
+                             for n in sorted(set(cfg.seq_lens))])
           if cfg.peers and attention == "performer_softmax":
             series.append([spec(config, speed_pytorch.NAME, direction, mode, n, layer=True)
                            for n in sorted(set(cfg.seq_lens))])
@@ -324,7 +339,8 @@ def report(cfg, result):  # pylint: disable=unused-argument
   lines = []
   for row in result.rows:
     where = "layer" if row["layer"] else "model"
-    chunk = f" chunk={row['chunk_size']}" if row.get("chunk_size") else ""
+    chunk = (f" chunk={row['chunk_size']}" if row.get("chunk_size") else "") + (
+        f" span={row['span']}" if row.get("span") else "")
     timing = (f"{row['median_ms']:10.1f} ms  (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}; "
               f"compile {row['compile_s']:.1f} s; "
               f"peak {memory.format_bytes(row['peak_bytes'])})"
@@ -344,14 +360,20 @@ def report(cfg, result):  # pylint: disable=unused-argument
 
 def _name(s):
   where = "layer" if s["layer"] else "model"
-  chunk = f" chunk {s['chunk_size']}" if s.get("chunk_size") else ""
+  chunk = (f" chunk {s['chunk_size']}" if s.get("chunk_size") else "") + (
+      f" span {s['span']}" if s.get("span") else "")
   return f"{s['config']} {where} {s['attention']} {s['direction']} {s['mode']}{chunk} L={s['L']}"
 
 
+def _default_form(row):
+  """Whether a row ran with the platform's default block, chunk and span."""
+  return not row.get("chunk_size") and not row.get("span")
+
+
 def _find(rows, **keys):
-  """The ok row matching keys (chunk_size must be the default), or None."""
+  """The ok row matching keys (in the platform's default form), or None."""
   for row in rows:
-    if row.get("status") == "ok" and not row.get("chunk_size") and all(
+    if row.get("status") == "ok" and _default_form(row) and all(
         row.get(k) == v for k, v in keys.items()):
       return row
   return None
@@ -367,7 +389,7 @@ def _lowest(rows, attentions, length, value, **keys):
   """
   best = None
   for attention in attentions:
-    own = [r for r in rows if r.get("attention") == attention and not r.get("chunk_size")
+    own = [r for r in rows if r.get("attention") == attention and _default_form(r)
            and all(r.get(k) == v for k, v in keys.items())]
     at = next((r for r in own if r["L"] == length and r["status"] == "ok"), None)
     if at is not None:
@@ -386,7 +408,7 @@ def crossover(rows, exact=EXACT, **keys):
   `exact` attentions at that L, and at every longer measured L (an exact attention that ran
   out of memory or time counts as slower), or None."""
   perf = {r["L"]: r for r in rows if r.get("attention") == "performer_softmax"
-          and not r.get("chunk_size") and r["status"] == "ok"
+          and _default_form(r) and r["status"] == "ok"
           and all(r.get(k) == v for k, v in keys.items())}
   best = None
   for n in sorted(perf, reverse=True):
@@ -405,7 +427,7 @@ def memory_ratio(rows, exact=EXACT, **keys):
   peak among the `exact` attentions at that L, with that L: (ratio, L), or None."""
   worst = None
   for r in rows:
-    if (r.get("attention") != "performer_softmax" or r.get("chunk_size") or r["status"] != "ok"
+    if (r.get("attention") != "performer_softmax" or not _default_form(r) or r["status"] != "ok"
         or not r.get("peak_bytes") or not all(r.get(k) == v for k, v in keys.items())):
       continue
     smallest = _lowest(rows, exact, r["L"], lambda e: e.get("peak_bytes") or math.inf, **keys)

@@ -232,8 +232,9 @@ def _options(spec):
   if not spec["attention"].startswith("performer"):
     return {}
   options = {"num_features": NUM_FEATURES}
-  if spec.get("chunk_size"):
-    options["chunk_size"] = spec["chunk_size"]
+  for name in ("chunk_size", "span"):
+    if spec.get(name):
+      options[name] = spec[name]
   return options
 
 
@@ -325,6 +326,9 @@ def main():
   if spec.get("attention") == "exact_dot_product":  # which of its implementations ran
     from performer.attention import dot_product  # pylint: disable=import-outside-toplevel
     result["implementation"] = dot_product.implementation(spec.get("dtype", "float32"))
+  if spec.get("attention", "").startswith("performer"):  # the lengths it ran with
+    from performer import favor  # pylint: disable=import-outside-toplevel
+    result["form"] = favor.form()._asdict()
   result["device"] = jax.devices()[0].device_kind
   result["backend"] = jax.default_backend()
   result["jax_version"] = jax.__version__

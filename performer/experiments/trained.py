@@ -33,7 +33,7 @@ def load(workdir):
   folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
   if not os.path.isdir(folder):
     raise UserError(f"{workdir}: no checkpoints/ folder; train it first")
-  with Checkpoints(folder, create=False) as ckpt:
+  with Checkpoints(folder) as ckpt:
     step = ckpt.latest_step()
     if step is None:
       raise UserError(f"{workdir}: no checkpoint yet")

@@ -1,15 +1,15 @@
 """FAVOR+: the mathematics of Performer attention as pure JAX functions.
 
 No Flax, no state. Public entry points: `projection`, `feature_map`,
-`softmax_attention`, `favor_attention`, `attention_matrix` (FAVOR's
-implicit matrix), `causal_linear_attention_scan`, `causal_decode_init` /
-`causal_decode_step` (incremental decoding), the data-dependent estimators'
-parameters in `exponential` (FAVOR++, FAVOR#), and the closed-form
-estimator errors of Lemma 2 in `theory`.
+`softmax_attention`, `favor_attention` (in the platform's `form()`),
+`attention_matrix` (FAVOR's implicit matrix), `causal_linear_attention_scan`,
+`causal_decode_init` / `causal_decode_step` (incremental decoding), the
+data-dependent estimators' parameters in `exponential` (FAVOR++, FAVOR#),
+and the closed-form estimator errors of Lemma 2 in `theory`.
 """
 
 from performer.favor import exponential
-from performer.favor.attention import BIDIRECTIONAL_BLOCK, DEFAULT_CHUNK_SIZE, favor_attention
+from performer.favor.attention import FORMS, Form, favor_attention, form
 from performer.favor.decoding import causal_decode_init, causal_decode_step
 from performer.favor.features import (DATA_DEPENDENT_KERNELS, DETERMINISTIC_ONLY,
                                       EXPONENTIAL_KERNELS, GENERALIZED_KERNELS, KERNELS,
@@ -20,9 +20,9 @@ from performer.favor.reference import (attention_matrix, causal_linear_attention
                                        softmax_attention, softmax_matrix)
 
 __all__ = [
-    "BIDIRECTIONAL_BLOCK", "DATA_DEPENDENT_KERNELS", "DEFAULT_CHUNK_SIZE", "DETERMINISTIC_ONLY",
-    "EXPONENTIAL_KERNELS", "GENERALIZED_KERNELS", "KERNELS", "KINDS", "MAX_NORM", "SCALINGS",
-    "SOFTMAX_KERNELS", "Features", "attention_matrix", "causal_decode_init", "causal_decode_step",
+    "DATA_DEPENDENT_KERNELS", "DETERMINISTIC_ONLY", "EXPONENTIAL_KERNELS", "FORMS",
+    "GENERALIZED_KERNELS", "KERNELS", "KINDS", "MAX_NORM", "SCALINGS", "SOFTMAX_KERNELS",
+    "Features", "Form", "attention_matrix", "causal_decode_init", "causal_decode_step",
     "causal_linear_attention_scan", "exponential", "favor_attention", "feature_map",
-    "feature_parts", "projection", "softmax_attention", "softmax_matrix",
+    "feature_parts", "form", "projection", "softmax_attention", "softmax_matrix",
 ]

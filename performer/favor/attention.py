@@ -24,15 +24,21 @@ that sees such a key, are NaN.
 
 All sums (K'^T V, K'^T 1, D) accumulate in float32 whatever the input dtype.
 
-Speed. Both passes read the sequence in blocks under `lax.scan` and compute
-features inside each block, so only [B, H, block, M] features exist at a
-time (they stay in cache) and the backward pass recomputes them
-(`jax.checkpoint`) rather than storing L x M. The default block lengths are
-the fastest measured on a 2-core CPU (results/speed_chunks_cpu.json,
-discussed in results/README.md); accelerators were not measured.
+Speed. Both passes read the sequence in blocks and compute features inside
+each block; the backward pass recomputes them (`jax.checkpoint`) rather than
+storing them. Bidirectional attention reads keys, then queries, in blocks of
+`block` tokens (>= L: two products, no loop). Causal attention cuts the
+sequence into chunks of C tokens and computes a span of chunks at once
+(causal.py); a loop carries the state from span to span (span = C: the
+sequential pass; >= L: no loop). Which lengths a platform runs with is
+`FORMS[jax.default_backend()]`, chosen from measurements (results/README.md,
+"FAVOR's forms"); `form()` answers it and every speed row names it.
+Matrix-product operands are bfloat16 when v is (a bfloat16 model); features,
+sums, states and normalisers stay float32.
 """
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,12 +46,35 @@ import jax.numpy as jnp
 from performer.favor import bidirectional, blocks, exponential, features, numerics
 from performer.favor import causal as causal_pass
 
-DEFAULT_CHUNK_SIZE = 128  # causal: the C x C part grows with C, the per-chunk overhead with L / C
-BIDIRECTIONAL_BLOCK = 512  # as fast as 128-256 and the fewest loop steps
+
+class Form(NamedTuple):
+  """The block lengths one platform runs FAVOR with (tokens, Python ints).
+
+  block: bidirectional keys and queries are read in blocks of this length.
+  chunk: causal C, the length of the masked quadratic parts.
+  span: causal tokens per loop step, a multiple of C (C: one chunk per step).
+  """
+  block: int
+  chunk: int
+  span: int
+
+
+# By jax.default_backend(); platforms not listed take "gpu"'s. The fastest measured:
+# on the CPU one chunk per step (results/speed_chunks_cpu.json, speed_forms_cpu.json), on an
+# H200 a span of 65,536 (results/gpu_forms/; results/README.md, "FAVOR's forms").
+FORMS = {
+    "cpu": Form(block=512, chunk=128, span=128),
+    "gpu": Form(block=262144, chunk=64, span=65536),
+}
+
+
+def form(platform=None):
+  """The `Form` FAVOR runs with on `platform` (default: jax.default_backend())."""
+  return FORMS.get(platform or jax.default_backend(), FORMS["gpu"])
 
 
 def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
-                    chunk_size=None, scale=None, kernel_epsilon=0.0, statistics=None):
+                    chunk_size=None, span=None, scale=None, kernel_epsilon=0.0, statistics=None):
   """FAVOR attention: D^-1 (Q' ((K')^T V)), Eq. (4); causal via App. B.1.
 
   Args:
@@ -58,10 +87,13 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
       K'^T V and K'^T 1 state; never forms an L x L or L x m x dv tensor.
     mask: [B, Lk] bool key padding mask (True = real token) or None. Padded
       keys enter neither the numerator nor D.
-    chunk_size: length of the blocks the sequence is read in (default
-      `DEFAULT_CHUNK_SIZE` causal, `BIDIRECTIONAL_BLOCK` bidirectional); L
-      need not be a multiple of it. Changes speed, not results (beyond
-      float rounding). A Python int.
+    chunk_size: the causal chunk length C or the bidirectional block length
+      (default `form()`'s chunk or block); L need not be a multiple of it.
+      Changes speed, not results (beyond float rounding). A Python int.
+    span: causal only: tokens computed at once per loop step, rounded up to
+      a multiple of C (default `form()`'s span; C: the sequential pass;
+      >= L: no loop). A Python int; changes speed and memory, not results
+      (beyond float rounding).
     scale: factor applied to q and k before the feature map, a Python or
       array scalar (may be traced); default d^(-1/4), so softmax kernels
       estimate exp(q.k / sqrt(d)).
@@ -79,15 +111,16 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
     Under jit, NaN where a scaled norm passes `MAX_NORM` (see Raises).
 
   Raises:
-    ValueError: inconsistent shapes, unknown kernel, missing W, chunk_size < 1,
+    ValueError: inconsistent shapes, unknown kernel, missing W, chunk_size or span < 1,
       statistics missing for a causal data-dependent kernel or given for
       another kernel; for concrete (not traced) inputs, a query or real key
       whose scaled norm |x| d^(-1/4) exceeds `MAX_NORM` with an exponential
       kernel.
   """
   blocks.check_shapes(q, k, v, mask, causal)
-  if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size >= 1):
-    raise ValueError(f"chunk_size must be a Python int >= 1, got {chunk_size!r}")
+  for name, value in (("chunk_size", chunk_size), ("span", span)):
+    if value is not None and not (isinstance(value, int) and value >= 1):
+      raise ValueError(f"{name} must be a Python int >= 1, got {value!r}")
   data_dependent = kernel in features.DATA_DEPENDENT_KERNELS
   if statistics is not None and not data_dependent:
     raise ValueError(f"kernel {kernel!r} takes no statistics (only "
@@ -103,10 +136,12 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   concrete = not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask, scale))
   if kernel in features.EXPONENTIAL_KERNELS and concrete:
     numerics.check_norms(q, k, mask, scale)
+  lengths = form()
   if causal:
-    block = min(chunk_size or DEFAULT_CHUNK_SIZE, q.shape[1])
+    chunk = min(chunk_size or lengths.chunk, q.shape[1])
+    block = (chunk, span or max(lengths.span, chunk))
   else:
-    block = min(chunk_size or BIDIRECTIONAL_BLOCK, max(q.shape[1], k.shape[1]))
+    block = (min(chunk_size or lengths.block, max(q.shape[1], k.shape[1])), None)
   return _favor(q, k, v, W, mask, scale, jnp.asarray(kernel_epsilon, jnp.float32), statistics,
                 kernel=kernel, causal=causal, block=block)
 
@@ -114,8 +149,14 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
 # Compiled once per shape and setting, so that eager calls do not retrace the scans.
 @functools.partial(jax.jit, static_argnames=("kernel", "causal", "block"))
 def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block):
+  with jax.default_matmul_precision("float32"):  # not TF32 (a GPU's default): logs need float32
+    return _favor_float32(q, k, v, W, mask, scale, kernel_epsilon, statistics, kernel=kernel,
+                          causal=causal, block=block)
+
+
+def _favor_float32(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block):
   dtype = v.dtype
-  q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
+  operand_dtype = jnp.bfloat16 if dtype == jnp.bfloat16 else jnp.float32  # features: float32
   q_params = k_params = None
   if kernel in features.DATA_DEPENDENT_KERNELS:
     if statistics is None:  # bidirectional: this sequence's real tokens
@@ -127,8 +168,12 @@ def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causa
                                 kernel_epsilon=kernel_epsilon)
   featurize_q = functools.partial(featurize, params=q_params)
   featurize_k = functools.partial(featurize, params=k_params)
-  run = causal_pass.causal if causal else bidirectional.bidirectional
-  return run(q, k, v, mask, featurize_q, featurize_k, block).astype(dtype)
+  if causal:
+    out = causal_pass.causal(q, k, v, mask, featurize_q, featurize_k, *block, operand_dtype)
+  else:
+    out = bidirectional.bidirectional(q, k, v, mask, featurize_q, featurize_k, block[0],
+                                      operand_dtype)
+  return out.astype(dtype)
 
 
 def _per_sequence(side, batch, heads):

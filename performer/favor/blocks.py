@@ -5,6 +5,7 @@ there (`heads_first`): for B = 1 the block view is a free reshape, where a
 head-major layout measured a copy of each input and of the output.
 """
 
+import jax
 import jax.numpy as jnp
 
 
@@ -45,3 +46,11 @@ def unblock(x, length):
 def heads_first(x):
   """[B, C, H, e] -> [B, H, C, e] inside a block (in cache), and back."""
   return jnp.swapaxes(x, 1, 2)
+
+
+def scan(f, carry, xs):
+  """lax.scan over the leading (block) axis, or one plain call for a single block: no loop."""
+  if jax.tree.leaves(xs)[0].shape[0] > 1:
+    return jax.lax.scan(f, carry, xs)
+  carry, y = f(carry, jax.tree.map(lambda x: x[0], xs))
+  return carry, jax.tree.map(lambda x: x[None], y)

@@ -1,14 +1,25 @@
-"""Causal FAVOR, App. B.1, chunk by chunk (see attention.py for the numerics).
+"""Causal FAVOR, App. B.1, in chunkwise-parallel form (see attention.py for the numerics).
 
-Each chunk is masked quadratic attention inside it plus a running K'^T V
-and K'^T 1 state carried across chunks. A chunk is computed in one product
-against one reference, c_f at its first position; a key may outgrow it by
-`HEADROOM` nats. From the first key that grows further, the chunk's queries
-are recomputed token by token (decoding.token_update, exact at any growth);
-the carried state always moves to the chunk's last c_f, where every stored
-term is <= 1. Every constant used at position t, the choice of path
-included, depends only on tokens <= t, so outputs never depend on later
-tokens, not even through rounding.
+The sequence is cut into chunks of C tokens. Inside a chunk, attention is
+masked and quadratic; across chunks it reads a K'^T V and K'^T 1 state. All
+chunks of a span (a run of n chunks) are computed at once: every chunk's own
+state, the states before each chunk by an exclusive prefix over chunks (a
+parallel prefix whose merge rescales to the larger reference, as online
+softmax merges partial sums; never a subtraction), then the intra-chunk and
+state products batched over chunks. Spans are read one after another by a
+loop that carries the state: one span per sequence leaves no loop at all;
+one chunk per span is the classic sequential pass.
+
+Numerics. Chunk i's reference r_f is the per-feature maximum c_f of the
+keys' logs up to its first position; its queries are normalised by
+N_t = max_f(a_tf + r_f), so every stored term is <= 1 and query t's largest
+term is >= 1 (the key that set r_f). A key of the chunk may outgrow r_f by
+`HEADROOM` nats; from the first key that grows further, the chunk's queries
+are recomputed token by token (decoding.token_update, exact at any growth).
+Every constant used at position t, the choice of path included, depends only
+on tokens <= t, so outputs never depend on later tokens, not even through
+rounding. Products may take bfloat16 operands; every sum, state and
+normaliser accumulates in float32.
 """
 
 import functools
@@ -18,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from performer.favor import blocks, decoding, numerics
+from performer.favor.features import Features
 
 # A key may exceed the chunk's reference by this many nats: e^60 times m
 # features times C keys times |v| stays inside float32, and a query factor
@@ -25,78 +37,115 @@ from performer.favor import blocks, decoding, numerics
 HEADROOM = 60.0
 
 
-def causal(q, k, v, mask, featurize_q, featurize_k, chunk):
-  """Causal FAVOR; q, k, v float32 [B, L, H, e] -> [B, L, H, dv].
+def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype):
+  """Causal FAVOR; q, k [B, L, H, d], v [B, L, H, dv] float32 -> [B, L, H, dv] float32.
 
-  Features are computed inside each chunk (and recomputed in the backward
-  pass), so no L x M array is ever stored. featurize_q, featurize_k:
-  [B, H, C, d] -> `Features` of [B, H, C, M].
+  chunk: C, tokens per chunk; span: tokens per loop step, rounded up to a
+  multiple of C (>= L: no loop). featurize_q, featurize_k: [B, H, T, d] ->
+  `Features` of [B, H, T, M]. operand_dtype: the dtype of the products'
+  operands (float32 or bfloat16). Features are recomputed in the backward
+  pass (`jax.checkpoint` per span), so only a span's features are stored.
   """
   batch, length, heads, dv = v.shape
+  span = min(-(-span // chunk), -(-length // chunk)) * chunk
   size = featurize_k(blocks.heads_first(k[:, :1]))
   m = (size.value if size.value is not None else size.log).shape[-1]
-  c0 = None if size.log is None else jnp.full((batch, heads, size.log.shape[-1]),
-                                              numerics.NO_KEY, jnp.float32)
-  s0 = jnp.zeros((batch, heads, m, dv), jnp.float32)
-  z0 = jnp.zeros((batch, heads, m), jnp.float32)
-  xs = (blocks.blocks(q, chunk), blocks.blocks(k, chunk), blocks.blocks(v, chunk),
-        blocks.mask_blocks(mask, chunk))
-  step = jax.checkpoint(functools.partial(_chunk, featurize_q, featurize_k))
-  _, out = jax.lax.scan(step, (s0, z0, c0), xs)
-  return blocks.unblock(out, length)
+  refs = 1 if size.log is None else size.log.shape[-1]
+  no_key = 0.0 if size.log is None else numerics.NO_KEY
+  state = (jnp.zeros((batch, heads, m, dv), jnp.float32),
+           jnp.zeros((batch, heads, m), jnp.float32), jnp.full((batch, heads, refs), no_key))
+  xs = (blocks.blocks(q, span), blocks.blocks(k, span), blocks.blocks(v, span),
+        blocks.blocks(mask[:, :, None, None], span)[..., 0, 0])  # [n, B, span, ...]
+  step = jax.checkpoint(functools.partial(_span, featurize_q, featurize_k, chunk, operand_dtype))
+  return blocks.unblock(blocks.scan(step, state, xs)[1], length)
 
 
-def _chunk(featurize_q, featurize_k, carry, xs):
-  """One chunk: intra-chunk quadratic part plus the carried prefix state.
+def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs):
+  """One span of n chunks, all at once: (state before, inputs) -> (state after, outputs).
 
-  Queries from the first key that outgrows the chunk's reference by more
-  than `HEADROOM` on are recomputed token by token (`_rows_by_token`).
+  state: (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) against reference c;
+  xs: q, k [B, T, H, d], v [B, T, H, dv], keep [B, T] with T = n C.
+  Returns the state after the span and outputs [B, T, H, dv] float32.
   """
-  s, z, c = carry  # K'^T V [B, H, M, dv], K'^T 1 [B, H, M], [B, H, M or 1] or None
-  q_blk, k_blk, v, keep = xs  # [B, C, H, d], [B, C, H, d], [B, C, H, dv], [B, 1, C]
-  qf = featurize_q(blocks.heads_first(q_blk))
-  kf, v = featurize_k(blocks.heads_first(k_blk)), blocks.heads_first(v)
-  chunk = v.shape[2]
-  keep = keep[..., None]
-  causal_mask = jnp.tril(jnp.ones((chunk, chunk), bool))
-  if kf.log is None:  # bounded features: no references needed
-    k_prime = jnp.where(keep, kf.value, 0.0)  # [B, H, C, M]
-    scores = jnp.where(causal_mask, jnp.einsum("bhtm,bhjm->bhtj", qf.value, k_prime), 0.0)
-    num = jnp.einsum("bhtj,bhjd->bhtd", scores, v) + jnp.einsum("bhtm,bhmd->bhtd", qf.value, s)
-    den = jnp.sum(scores, axis=-1) + jnp.einsum("bhtm,bhm->bht", qf.value, z)
-    s = s + jnp.einsum("bhjm,bhjd->bhmd", k_prime, v)
-    return (s, z + jnp.sum(k_prime, axis=2), c), blocks.heads_first(numerics.divide(num, den))
-
   sg = jax.lax.stop_gradient
-  k_log = jnp.where(keep, kf.log, -jnp.inf)
-  c_t = sg(_prefix_max(k_log, c[:, :, None]))  # c_f(t): [B, H, C, M or 1], causal
-  n_t = sg(jnp.max(qf.log + c_t, axis=-1, keepdims=True))  # N_t: [B, H, C, 1]
-  ref = c_t[:, :, :1]  # the chunk's reference: c_f at its first position, <= t for every t
-  rel = k_log - ref  # each key's growth over the reference
-  # Query t is computed in one product while no key j <= t of the chunk has
-  # grown past the headroom; from the first one that has, token by token.
-  fast = jnp.cumsum(sg(jnp.max(rel, axis=-1)) > HEADROOM, axis=-1) == 0  # [B, H, C]
-  q_prime = numerics.times(qf.value, jnp.exp(qf.log + ref - n_t))  # <= 1
+  q, k, v, keep = xs
+  batch, length, heads, dv = v.shape
+  n = length // chunk
+  split = lambda x: x.reshape(x.shape[:2] + (n, chunk) + x.shape[3:])  # [B, H, T, .] -> chunks
+  qf, kf = featurize_q(blocks.heads_first(q)), featurize_k(blocks.heads_first(k))
+  bounded = kf.log is None  # bounded features need no reference: c stays 0
+  zero_log = jnp.zeros(qf.value.shape[:-1] + (1,), jnp.float32) if bounded else None
+  q_value, k_value = (None if f.value is None else split(f.value) for f in (qf, kf))
+  q_log = split(zero_log if bounded else qf.log)  # [B, H, n, C, M or 1]
+  keep = keep.reshape(batch, 1, n, chunk, 1)
+  k_log = jnp.where(keep, split(zero_log if bounded else kf.log), -jnp.inf)
+  v = split(blocks.heads_first(v))  # [B, H, n, C, dv]
+  low = lambda x: x.astype(operand_dtype)
+  dot = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
+
+  # Each chunk's own state against its own maximum (every term <= 1), then the
+  # states before each chunk: the carried state in front, an inclusive scan.
+  c_own = (jnp.zeros(k_log.shape[:3] + (1,), jnp.float32) if bounded
+           else sg(jnp.maximum(jnp.max(k_log, axis=3), numerics.NO_KEY)))  # [B, H, n, M or 1]
+  k_own = low(numerics.times(k_value, jnp.exp(k_log - c_own[:, :, :, None])))
+  own = (dot("bhncm,bhncd->bhnmd", k_own, low(v)), jnp.sum(k_own.astype(jnp.float32), axis=3),
+         c_own)
+  if n == 1:  # the sequential pass: the state before is the carried one
+    s, z, c = (x[:, :, None] for x in state)
+    after = _merge(state, jax.tree.map(lambda x: x[:, :, 0], own))
+  else:
+    s, z, c = jax.lax.associative_scan(_merge, jax.tree.map(
+        lambda a, b: jnp.concatenate([a[:, :, None], b], axis=2), state, own),
+        axis=2)  # [B, H, n + 1, ...]: before chunk 0, ..., after chunk n - 1
+    s, z, c, after = s[:, :, :-1], z[:, :, :-1], c[:, :, :-1], (s[:, :, -1], z[:, :, -1],
+                                                                c[:, :, -1])
+
+  ref = c if bounded else sg(jnp.maximum(c, k_log[:, :, :, 0]))  # c_f at each chunk's start
+  rel = k_log - ref[:, :, :, None]  # each key's growth over its chunk's reference
+  n_t = sg(jnp.max(q_log + ref[:, :, :, None], axis=-1, keepdims=True))  # N_t: [B, H, n, C, 1]
+  q_prime = low(numerics.times(q_value, jnp.exp(q_log + ref[:, :, :, None] - n_t)))  # <= 1
   # Clipped keys are seen only by queries that take the exact path.
-  k_prime = numerics.times(kf.value, jnp.exp(jnp.minimum(rel, HEADROOM)))  # <= e^60
-  to_ref = jnp.exp(c - ref[:, :, 0])  # [B, H, M or 1], <= 1: the state against the reference
-  scores = jnp.where(causal_mask, jnp.einsum("bhtm,bhjm->bhtj", q_prime, k_prime), 0.0)
-  num = (jnp.einsum("bhtj,bhjd->bhtd", scores, v)  # [B, H, C, dv]
-         + jnp.einsum("bhtm,bhmd->bhtd", q_prime, s * to_ref[..., None]))
-  den = jnp.sum(scores, axis=-1) + jnp.einsum("bhtm,bhm->bht", q_prime, z * to_ref)
-  out = numerics.divide(num, den)
+  k_prime = low(numerics.times(k_value, jnp.exp(jnp.minimum(rel, HEADROOM))))  # <= e^60
+  to_ref = jnp.exp(c - ref)  # [B, H, n, M or 1], <= 1: the state against the reference
+  causal_mask = jnp.tril(jnp.ones((chunk, chunk), bool))
+  scores = low(jnp.where(causal_mask, dot("bhntm,bhnjm->bhntj", q_prime, k_prime), 0.0))
+  num = (dot("bhntj,bhnjd->bhntd", scores, low(v))
+         + dot("bhntm,bhnmd->bhntd", q_prime, low(s * to_ref[..., None])))
+  den = (jnp.sum(scores.astype(jnp.float32), axis=-1)
+         + jnp.einsum("bhntm,bhnm->bhnt", q_prime.astype(jnp.float32), z * to_ref))
+  out = numerics.divide(num, den)  # [B, H, n, C, dv]
 
-  exact = _rows_if_needed(jnp.logical_not(jnp.all(fast)), (s, z, c), qf, kf._replace(log=k_log),
-                          v)
-  out = jnp.where(fast[..., None], out, exact)
+  if not bounded:
+    # Query t takes the product while no key j <= t of its chunk has grown past the headroom.
+    fast = jnp.cumsum(sg(jnp.max(rel, axis=-1)) > HEADROOM, axis=-1) == 0  # [B, H, n, C]
+    needed = jnp.logical_not(jnp.all(fast, axis=(0, 1, 3)))  # [n]; a float below (has a VJP)
+    by_chunk = jax.tree.map(lambda x: jnp.moveaxis(x, 2, 0), (  # [n, B, H, ...]
+        (s, z, c), Features(q_value, q_log), Features(k_value, k_log), v))
+    exact = _if_needed(_exact_chunks, jnp.any(needed), (needed.astype(jnp.float32),) + by_chunk)
+    out = jnp.where(fast[..., None], out, jnp.moveaxis(exact, 0, 2))
+  return after, blocks.heads_first(out.reshape(batch, heads, length, dv))
 
-  # The state moves to the chunk's last reference: every stored term <= 1, at any growth.
-  c_end = c_t[:, :, -1]  # [B, H, M or 1]
-  k_state = numerics.times(kf.value, jnp.exp(k_log - c_end[:, :, None]))
-  decay = jnp.exp(c - c_end)
-  s = s * decay[..., None] + jnp.einsum("bhjm,bhjd->bhmd", k_state, v)
-  z = z * decay + jnp.sum(k_state, axis=2)
-  return (s, z, c_end), blocks.heads_first(out)
+
+def _merge(a, b):
+  """Two states (S, z, c), each against its own reference c, as one against max(c_a, c_b).
+
+  Associative; rescales by factors <= 1 and adds, never subtracts.
+  """
+  c = jnp.maximum(a[2], b[2])
+  to_a, to_b = jnp.exp(a[2] - c), jnp.exp(b[2] - c)
+  return a[0] * to_a[..., None] + b[0] * to_b[..., None], a[1] * to_a + b[1] * to_b, c
+
+
+def _exact_chunks(needed, state, qf, kf, v):
+  """The outputs of the chunks that need it by `_rows_by_token`, others 0: [n, B, H, C, dv].
+
+  Arguments by chunk: needed [n] (1.0 where a chunk needs it); state
+  ([n, B, H, M, dv], [n, B, H, M], [n, B, H, M or 1]) before each chunk; qf, kf `Features` of [n, B, H, C, .];
+  v [n, B, H, C, dv]. A loop over chunks: it runs only when a key outgrows
+  its chunk's reference by more than `HEADROOM`.
+  """
+  return jax.lax.map(lambda xs: _if_needed(_rows_by_token, xs[0] > 0, xs[1:]),
+                     (needed, state, qf, kf, v))
 
 
 def _rows_by_token(state, qf, kf, v):
@@ -117,46 +166,31 @@ def _rows_by_token(state, qf, kf, v):
   def one_group(state, xs):
     return jax.lax.scan(lambda st, x: decoding.token_update(st, *x), state, xs)
 
+  v = v.astype(jnp.float32)
   _, out = jax.lax.scan(one_group, state, jax.tree.map(per_token, (qf, kf, v)))
   return jnp.moveaxis(out.reshape((chunk,) + out.shape[2:]), 0, 2)
 
 
-@jax.custom_vjp
-def _rows_if_needed(needed, state, qf, kf, v):
-  """`_rows_by_token` if `needed` (a traced bool), else zeros, in both passes.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _if_needed(fn, needed, args):
+  """fn(*args) if `needed` (a traced bool), else zeros shaped like args[-1], in both passes.
 
   Its own VJP, because autodiff of a `lax.cond` fills the branch not taken
-  with zero residuals in every chunk: measured 1.2x slower on CPU even when
-  no chunk needed the exact path.
+  with zero residuals: measured 1.2x slower on CPU even when no chunk needed
+  the exact path.
   """
-  return jax.lax.cond(needed, _rows_by_token, lambda *args: jnp.zeros_like(args[-1]),
-                      state, qf, kf, v)
+  return jax.lax.cond(needed, fn, lambda *a: jnp.zeros(a[-1].shape, jnp.float32), *args)
 
 
-def _rows_if_needed_fwd(needed, state, qf, kf, v):
-  return _rows_if_needed(needed, state, qf, kf, v), (needed, state, qf, kf, v)
+def _if_needed_fwd(fn, needed, args):
+  return _if_needed(fn, needed, args), (needed, args)
 
 
-def _rows_if_needed_bwd(residuals, g):
-  needed, *args = residuals
-  grads = jax.lax.cond(needed, lambda: jax.vjp(_rows_by_token, *args)[1](g),
+def _if_needed_bwd(fn, residuals, g):
+  needed, args = residuals
+  grads = jax.lax.cond(needed, lambda: jax.vjp(fn, *args)[1](g),
                        lambda: jax.tree.map(jnp.zeros_like, tuple(args)))
-  return (None, *grads)
+  return None, grads
 
 
-_rows_if_needed.defvjp(_rows_if_needed_fwd, _rows_if_needed_bwd)
-
-
-def _prefix_max(x, start):
-  """max(start, x[..., :t+1, :]) along axis 2 for every t: c_f(t) of a chunk.
-
-  On CPU a sequential scan over the C positions, which measured 1.6x faster
-  per chunk than lax.cummax's lowering there; elsewhere lax.cummax, whose
-  parallel scan suits accelerators. Max is exact, so both give the same bits.
-  """
-  if jax.default_backend() != "cpu":
-    return jnp.maximum(start, jax.lax.cummax(x, axis=2))
-  xs = jnp.moveaxis(x, 2, 0)
-  _, out = jax.lax.scan(lambda c, r: (jnp.maximum(c, r),) * 2,
-                        jnp.broadcast_to(start[:, :, 0], xs.shape[1:]), xs)
-  return jnp.moveaxis(out, 0, 2)
+_if_needed.defvjp(_if_needed_fwd, _if_needed_bwd)

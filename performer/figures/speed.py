@@ -35,18 +35,19 @@ MODES = {"fwd": "forward", "fwdbwd": "forward + backward"}
 
 
 def _series(row, by_chunk):
-  """The curve a row belongs to, as a sortable key: (attention, L or chunk size)."""
+  """The curve a row belongs to, as a sortable key: (attention, L or chunk size, span)."""
   if by_chunk:
-    return row["attention"], row["L"]
-  return row["attention"], row.get("chunk_size") or 0
+    return row["attention"], row["L"], row.get("span") or 0
+  return row["attention"], row.get("chunk_size") or 0, row.get("span") or 0
 
 
 def _label(key, by_chunk):
-  attention, number = key
+  attention, number, span = key
   name = "identity (OPT)" if attention == "identity" else attention
+  span = f", span {span}" if span else ""
   if by_chunk:
-    return f"{name}, L={number}"
-  return name + (f", chunk {number}" if number else "")
+    return f"{name}, L={number}{span}"
+  return name + (f", chunk {number}" if number else "") + span
 
 
 def _draw(ax_time, ax_mem, group, by_chunk):

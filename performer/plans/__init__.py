@@ -21,10 +21,15 @@ STUDIES = {m.STUDY: m for m in (fig6, fig5, fig7, fig15, fig16, probes, recall)}
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """The jobs of one budget in an order that respects needs, with their fingerprints."""
+  """The jobs of one budget in an order that respects needs, with their fingerprints.
+
+  `slurm` holds what SLURM said of the jobs recorded as submitted there
+  ({name: scheduler.Seen}; scheduler.check), read by state.state.
+  """
   ctx: Context
   jobs: tuple[Job, ...]
   fingerprints: dict
+  slurm: dict = dataclasses.field(default_factory=dict)
 
   def __getitem__(self, name):
     return next(j for j in self.jobs if j.name == name)

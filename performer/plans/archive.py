@@ -6,7 +6,10 @@ and figure reads (FILES: the config, metrics.jsonl, diverged.json, the eval
 files with their per-sequence sums; a few hundred KB) and, under `stamps/`,
 the plan stamps of the jobs that made it. `--checkpoint` adds the last
 checkpoint, for runs that other jobs start from (Fig. 5's fine-tunes, the
-probes).
+probes). An archive that exists is replaced only with `--replace` (the
+plan's archive jobs pass it: they archive each run again when it changes),
+and never when it is the run, or holds it, or lies inside it: replacing it
+would delete the run.
 
 `restore` is the other half, used by `performer reproduce` before it runs: an
 archived run whose train job has the plan's fingerprint is copied back into
@@ -20,6 +23,7 @@ import glob
 import json
 import os
 import shutil
+import tempfile
 
 from performer.atomic import writable_folder
 from performer.errors import UserError
@@ -47,6 +51,8 @@ class Flags:
                  metavar="DEST")
   checkpoint: bool = flag(False, "also copy the last checkpoint (for runs that others start "
                                  "from)")
+  replace: bool = flag(False, "replace archives already in DEST (by default an existing "
+                              "DEST/<run name> is an error)")
   jobs: tuple[str, ...] = flag((), "plan jobs whose stamps go with the run (default: the run's "
                                    "train job and its _eval)", nargs="+", metavar="JOB")
 
@@ -55,34 +61,72 @@ FLAGS = (Flags,)
 
 
 def main(args):
-  """`performer archive`: archives each run, then names what it wrote."""
-  writable_folder(args.to)
+  """`performer archive`: archives each run, then names what it wrote.
+
+  Every run and destination is checked before anything is written.
+  """
+  dests = {}
   for run in args.runs:
-    name = os.path.basename(os.path.normpath(run))
-    dest = save(run, os.path.join(args.to, name), checkpoint=args.checkpoint,
-                jobs=args.jobs or (name, f"{name}_eval"))
+    dest = os.path.join(args.to, os.path.basename(os.path.normpath(run)))
+    if dest in dests:
+      raise UserError(f"{dests[dest]} and {run} would both be archived as {dest}; archive them "
+                      f"into different folders")
+    check(run, dest, checkpoint=args.checkpoint, replace=args.replace)
+    dests[dest] = run
+  writable_folder(args.to)
+  for dest, run in dests.items():
+    name = os.path.basename(dest)
+    save(run, dest, checkpoint=args.checkpoint, replace=args.replace,
+         jobs=args.jobs or (name, f"{name}_eval"))
     print(f"wrote {dest} ({_size(dest) / 1e3:.0f} KB)")
 
 
-def save(workdir, dest, *, checkpoint=False, jobs=()):
-  """Copies the compact outputs of `workdir` (and the stamps of `jobs`) to folder `dest`.
-
-  The copy is made beside `dest` and renamed into place, so an archive is
-  whole or absent.
+def check(workdir, dest, *, checkpoint=False, replace=False):
+  """Raises UserError unless `save` may archive `workdir` into `dest`.
 
   Raises:
     UserError: `workdir` is not a run folder (no config.json), or has no
-      checkpoint while `checkpoint` asks for one.
+      checkpoint while `checkpoint` asks for one; `dest` is `workdir`, lies
+      inside it or holds it (whatever `replace` says: writing it would
+      delete the run); `dest` exists and `replace` is False, or is no folder.
   """
   if not os.path.isfile(os.path.join(workdir, "config.json")):
     raise UserError(f"{workdir}: no config.json; is it a `performer train` workdir?")
+  if checkpoint:
+    _last_checkpoint(workdir)
+  run, out = os.path.realpath(workdir), os.path.realpath(dest)
+  if os.path.commonpath([run, out]) in (run, out):
+    where = ("is the run" if run == out else "lies inside the run"
+             if os.path.commonpath([run, out]) == run else "holds the run")
+    raise UserError(f"cannot archive {workdir} as {dest}: that {where}; give --to another "
+                    f"folder")
+  if os.path.islink(dest) or os.path.lexists(dest) and not os.path.isdir(dest):
+    raise UserError(f"{dest} exists and is not a folder; move it away")
+  if os.path.lexists(dest) and not replace:
+    raise UserError(f"{dest} exists; pass --replace to replace it")
+
+
+def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
+  """Copies the compact outputs of `workdir` (and the stamps of `jobs`) to folder `dest`.
+
+  The copy is made beside `dest` and renamed into place (an archive it
+  replaces is renamed away first, then removed), so `dest` is always a
+  whole archive, the old or the new, or absent.
+
+  Raises:
+    UserError: see `check`.
+  """
+  check(workdir, dest, checkpoint=checkpoint, replace=replace)
   names = [f for f in FILES if os.path.isfile(os.path.join(workdir, f))]
   names += sorted({os.path.basename(p) for pattern in PATTERNS
                    for p in glob.glob(os.path.join(workdir, pattern))})
   last = _last_checkpoint(workdir) if checkpoint else None
-  tmp = f"{dest}.tmp-{os.getpid()}"
-  shutil.rmtree(tmp, ignore_errors=True)
-  os.makedirs(tmp)
+  parent = os.path.dirname(os.path.abspath(dest))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-")
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's folder is private; an archive is not
   try:
     for f in names:
       shutil.copy2(os.path.join(workdir, f), os.path.join(tmp, f))
@@ -94,12 +138,26 @@ def save(workdir, dest, *, checkpoint=False, jobs=()):
       if os.path.isfile(stamp):
         os.makedirs(os.path.join(tmp, STAMPS), exist_ok=True)
         shutil.copy2(stamp, os.path.join(tmp, STAMPS, f"{job}.json"))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
+    _swap_in(tmp, dest)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
   return dest
+
+
+def _swap_in(tmp, dest):
+  """Renames folder `tmp` to `dest`; an existing `dest` is renamed away first, then removed."""
+  if not os.path.lexists(dest):
+    os.rename(tmp, dest)
+    return
+  old = f"{tmp}-old"  # a free name, as mkdtemp's `tmp` is
+  os.rename(dest, old)
+  try:
+    os.rename(tmp, dest)
+  except BaseException:
+    os.rename(old, dest)
+    raise
+  shutil.rmtree(old, ignore_errors=True)  # the new archive is in place whatever is left here
 
 
 def restore(plan, say=print):

@@ -9,7 +9,7 @@ from performer import plans
 from performer.atomic import writable_folder
 from performer.errors import UserError
 from performer.flags import flag
-from performer.plans import archive, local, slurm, state
+from performer.plans import archive, local, scheduler, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
 SUMMARY = "every study of the paper as one plan, run here or on a SLURM cluster"
@@ -17,8 +17,9 @@ DESCRIPTION = ("Builds the plan of a budget: data, training runs, evals, probes,
                "figures, each a job that starts when the jobs it needs are done. Finished jobs are "
                "skipped (a job is done when its outputs exist and its stamp has the same "
                "fingerprint of its resolved config), a killed run resumes from its checkpoint: run "
-               "the same command again after an interruption. SIGTERM or Ctrl-C makes every "
-               "running train save, then stops.")
+               "the same command again after an interruption. SIGTERM, SIGHUP or Ctrl-C makes "
+               "every running train save, then stops. Jobs submitted to SLURM are checked with "
+               "squeue and sacct first: one gone without recording an end runs again.")
 
 
 def epilog():
@@ -41,8 +42,8 @@ class Flags:
                        choices=LAUNCHERS)
   jobs: int | None = flag(None, "local: jobs at a time, each pinned to its share of the cores",
                           shown="2 for tiny and mini, 1 for paper")
-  status: bool = flag(False, "show each job's state (done, running, failed with its log's last "
-                             "lines, pending) and stop")
+  status: bool = flag(False, "show each job's state (done, running, submitted with SLURM's own "
+                             "state, failed with its log's last lines, pending) and stop")
   dry_run: bool = flag(False, "show what would run (slurm: the sbatch commands) and stop")
   runs: str | None = flag(None, "folder of run workdirs, logs and the plan's state",
                           shown="runs/reproduce/BUDGET")
@@ -78,6 +79,7 @@ def main(args):
   """
   if args.jobs is not None and args.jobs < 1:
     raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
+  kinds = slurm.resources(args.sbatch)
   ctx = plans.context(args.budget, runs=args.runs, results=args.results, data=args.data,
                       steps=args.steps, bindings=args.gin_param,
                       swissprot_route=args.swissprot_route)
@@ -90,16 +92,19 @@ def main(args):
   if not args.dry_run and args.launcher != "print":
     archive.restore(plan, say=say)
   if args.status:
-    print("\n".join(state.table(plan)))
+    print("\n".join(state.table(scheduler.check(plan))))
     return 0
-  if args.job:
+  if args.job:  # a SLURM job's step: its needs have ended, and it is its own SLURM job
     return local.run_one(plan, args.job, say=say)
   if args.launcher == "print":
     print("\n".join(commands(plan)))
     return 0
+  if args.launcher == "slurm" and not args.dry_run:
+    slurm.check_sbatch()  # before any folder is made
+  plan = scheduler.check(plan, cancel=not args.dry_run, say=say)
   _check_before_work(plan, dry_run=args.dry_run)
   if args.launcher == "slurm":
-    slurm.submit(plan, plan_args(args, ctx), kinds=slurm.resources(args.sbatch),
+    slurm.submit(plan, plan_args(args, ctx), kinds=kinds,
                  dry_run=args.dry_run, say=print if args.dry_run else say)
     return 0
   if args.dry_run:
@@ -107,7 +112,8 @@ def main(args):
     return 0
   while True:
     status = local.run(plan, jobs=args.jobs or ctx.budget.jobs, say=say)
-    grown = plans.resolve(ctx, plans.select(plans.build(ctx), only or None))
+    grown = scheduler.check(plans.resolve(ctx, plans.select(plans.build(ctx), only or None)),
+                            cancel=True, say=say)
     added = [j.name for j in grown.jobs if j.name not in plan.fingerprints]
     if status or not added:
       return status

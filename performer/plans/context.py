@@ -89,12 +89,14 @@ class Context:
 
   def archive(self, train, evaluate, *, study):
     """The job that archives a train job's run once it (and `evaluate`, if any) is done:
-    <results>/runs/<name>/ (archive.py), with its outputs' compact copies."""
+    <results>/runs/<name>/ (archive.py), with its outputs' compact copies. It replaces the
+    archive already there: the committed one of an earlier run, or of this one before it changed."""
     dest = self.result(os.path.join("runs", train.name))
     return job_lib.Job(
         name=f"{train.name}_archive", kind="archive", study=study,
         needs=(evaluate.name if evaluate else train.name,),
-        command=("performer", "archive", train.workdir, "--to", os.path.dirname(dest)),
+        command=("performer", "archive", train.workdir, "--to", os.path.dirname(dest),
+                 "--replace"),
         outputs=(os.path.join(dest, "config.json"),
                  *(os.path.join(dest, os.path.basename(p)) for p in
                    (evaluate.outputs if evaluate else ()))))

@@ -1,12 +1,14 @@
 """The local launcher: N jobs at a time on this machine, each pinned to its share of the cores.
 
 A job starts as soon as every job it needs has finished (no waves). Each runs
-in a session of its own, so a SIGTERM or Ctrl-C sent to the launcher's whole
-process group reaches the launcher alone, which passes one SIGTERM to each
-running job: `performer train` then saves a checkpoint after its step and
-exits. The launcher waits for them, says which jobs were interrupted and exits
-with 130; a re-run resumes them. Should the launcher die anyway, the kernel
-sends its jobs SIGTERM (PR_SET_PDEATHSIG), so nothing keeps running unseen.
+in a session of its own, so a SIGTERM, Ctrl-C or SIGHUP (a closed terminal,
+a dropped ssh) sent to the launcher's whole process group reaches the
+launcher alone, which passes one SIGTERM to each running job: `performer
+train` then saves a checkpoint after its step and exits. The launcher waits
+for them, says which jobs were interrupted and exits with 130; a re-run
+resumes them. Should the launcher die anyway (SIGKILL), the kernel sends its
+jobs SIGTERM (PR_SET_PDEATHSIG), so nothing keeps running unseen, and their
+stamps, which name the launcher's pid, read as interrupted (state.py).
 """
 
 import ctypes
@@ -21,6 +23,7 @@ from performer.plans import state
 
 _PR_SET_PDEATHSIG = 1
 POLL_SECONDS = 0.5
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def executable():
@@ -70,7 +73,9 @@ def run_one(plan, name, *, say=print):
   """Runs job `name` alone, in the foreground (a SLURM job's step). Returns its exit status.
 
   A train that diverged counts as finished (status 0): SLURM's afterok then
-  starts the figures that show where it stopped.
+  starts the figures that show where it stopped. Under SLURM its stamps name
+  the SLURM job (SLURM_JOB_ID), so that one that ends without recording it
+  is found (scheduler.py).
 
   Raises:
     UserError: a job it needs has not finished, or it is running already.
@@ -82,18 +87,21 @@ def run_one(plan, name, *, say=print):
     from performer.errors import UserError  # pylint: disable=import-outside-toplevel
     raise UserError(f"job {name} needs jobs that have not finished: {', '.join(pending)}")
   with exclusive_lock(os.path.join(plan.ctx.runs, ".plan", f"{name}.lock"), f"job {name}"):
-    return _Launcher(plan, (job,), 1, say, pin=False).loop()
+    slurm = {"slurm_id": os.environ["SLURM_JOB_ID"]} if os.environ.get("SLURM_JOB_ID") else {}
+    return _Launcher(plan, (job,), 1, say, pin=False, tags=slurm).loop()
 
 
 class _Launcher:
   """The scheduling loop of `run`: slots, signals, stamps."""
 
-  def __init__(self, plan, selected, jobs, say, pin=True):
-    self.plan, self.selected, self.jobs, self.say = plan, selected, jobs, say
+  def __init__(self, plan, selected, jobs, say, pin=True, tags=None):
+    self.plan, self.selected, self.jobs = plan, selected, jobs
+    self.say = _quiet_when_gone(say)
     self.shares = core_shares(jobs) if pin else []
+    self.tags = {"launcher": os.getpid(), **(tags or {})}  # in each running stamp
     self.running = {}  # slot -> (job, Popen, log, started)
     self.stopping = False
-    self.failed, self.interrupted, self.blocked = [], [], []
+    self.failed, self.interrupted, self.blocked, self.elsewhere = [], [], [], []
 
   def loop(self):
     env = dict(os.environ)
@@ -102,7 +110,7 @@ class _Launcher:
     env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(self.plan.ctx.runs, "jax_cache"))
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     self.env = env
-    previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, self._stop) for s in STOP_SIGNALS}
     try:
       states = {j.name: state.state(self.plan, j)[0] for j in self.selected}
       todo = [j for j in self.selected if states[j.name] not in state.FINISHED + state.ELSEWHERE]
@@ -110,9 +118,9 @@ class _Launcher:
       # short, and they unlock what waits on them (a study's gate, the archives a session keeps).
       todo.sort(key=lambda j: j.kind == "train")
       done = sum(s in state.FINISHED for s in states.values())
-      elsewhere = [n for n, s in states.items() if s in state.ELSEWHERE]
-      if elsewhere:
-        self.say(f"running or queued elsewhere, not started here: {', '.join(elsewhere)}")
+      self.elsewhere = [n for n, s in states.items() if s in state.ELSEWHERE]
+      if self.elsewhere:
+        self.say(f"running or queued elsewhere, not started here: {', '.join(self.elsewhere)}")
       self.say(f"{len(self.selected)} jobs, {done} finished before; {self.jobs} at a time"
                + (f", {len(self.shares[0])} core(s) each" if self.shares else ""))
       total, started = len(todo), 0
@@ -166,7 +174,7 @@ class _Launcher:
                               env=self.env, start_new_session=True,
                               preexec_fn=_child_setup(cores))
     state.write(self.plan.ctx.runs, job.name, state="running", pid=proc.pid, log=log,
-                fingerprint=self.plan.fingerprints[job.name])
+                fingerprint=self.plan.fingerprints[job.name], **self.tags)
     self.running[slot] = (job, proc, log, time.time())
     where = f" on cpu {cores[0]}" + (f"-{cores[-1]}" if len(cores) > 1 else "") if cores else ""
     self.say(f"{tag} {job.name}: started{where} (log {log})")
@@ -225,5 +233,29 @@ class _Launcher:
       self.say(f"not started: {', '.join(self.blocked)}: they need jobs that run elsewhere "
                "or inputs that are missing (`--status`)")
       return 1
+    if self.elsewhere:
+      self.say(f"nothing left to run here; still running or queued elsewhere: "
+               f"{', '.join(self.elsewhere)} (`--status`)")
+      return 0
     self.say("every job has finished")
     return 0
+
+
+def _quiet_when_gone(say):
+  """`say`, silenced for good once its terminal or pipe is gone (SIGHUP, a dropped ssh).
+
+  A write there raises; unguarded, it would end the launcher while its jobs
+  save. The standard streams then go to /dev/null, so that exiting does not
+  fail on them either."""
+  def guarded(text):
+    try:
+      say(text)
+    except OSError:
+      devnull = os.open(os.devnull, os.O_WRONLY)
+      for stream in (sys.stdout, sys.stderr):
+        try:
+          os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError, AttributeError):
+          pass
+      os.close(devnull)
+  return guarded

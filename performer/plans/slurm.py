@@ -5,11 +5,14 @@ Every job is submitted with scripts/slurm/job.sbatch, which runs
 alone, in the foreground, writing its stamp and log as the local launcher
 does. Resources go by job kind (RESOURCES, replaced per kind by --sbatch
 KIND='ARGS'). Jobs already finished are not submitted; a need submitted
-earlier and still queued is waited for by its SLURM id.
+earlier and still queued is waited for by its SLURM id. What SLURM did with
+the jobs submitted before (cancelled, timed out, never to start) is asked
+first (scheduler.py): those gone without recording an end are submitted again.
 """
 
 import os
 import shlex
+import shutil
 import subprocess
 
 from performer.errors import UserError
@@ -44,6 +47,13 @@ def resources(overrides=()):
   return out
 
 
+def check_sbatch():
+  """Raises UserError unless sbatch is on PATH: before any folder is made for the jobs."""
+  if shutil.which("sbatch") is None:
+    raise UserError("sbatch not found: the slurm launcher runs on a SLURM login node "
+                    "(or use --launcher print)")
+
+
 def commands(plan, plan_args, kinds):
   """(job, sbatch argv without the dependency, the needs to wait for) of each unfinished job."""
   out = []
@@ -53,7 +63,7 @@ def commands(plan, plan_args, kinds):
       continue
     if kind == "missing":
       raise UserError(f"job {job.name}: {detail}")
-    log = os.path.join(plan.ctx.runs, "logs", job.name, "slurm-%j.log")
+    log = state.slurm_log(plan.ctx.runs, job.name, "%j")
     argv = ["sbatch", "--parsable", f"--job-name=performer-{job.name}", f"--output={log}",
             f"--export=ALL,PERFORMER={' '.join(local.executable())}", *kinds[job.kind], TEMPLATE,
             *plan_args, "--job", job.name]
@@ -66,7 +76,8 @@ def submit(plan, plan_args, *, kinds=None, dry_run=False, say=print):
   """Submits the plan's unfinished jobs (or, with dry_run, prints the sbatch commands).
 
   Args:
-    plan: a resolved Plan.
+    plan: a resolved Plan, checked with SLURM (scheduler.check): jobs gone
+      from SLURM without recording an end are submitted again.
     plan_args: the `performer reproduce` flags that rebuild this plan on a
       node (budget, folders, overrides), without the launcher's own.
     kinds: resources per kind (resources()); default RESOURCES.
@@ -79,6 +90,8 @@ def submit(plan, plan_args, *, kinds=None, dry_run=False, say=print):
       said), or a job needs one that runs outside SLURM.
   """
   kinds = kinds or RESOURCES
+  if not dry_run:
+    check_sbatch()
   ids = {}
   for job, argv, waits in commands(plan, plan_args, kinds):
     after = []
@@ -95,13 +108,15 @@ def submit(plan, plan_args, *, kinds=None, dry_run=False, say=print):
       say(" ".join(shlex.quote(w) for w in argv))
       ids[job.name] = f"<{job.name}>"
       continue
-    os.makedirs(os.path.join(plan.ctx.runs, "logs", job.name), exist_ok=True)
+    folder = os.path.dirname(state.slurm_log(plan.ctx.runs, job.name, "%j"))
+    os.makedirs(folder, exist_ok=True)
     try:
       done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-      raise UserError("sbatch not found: the slurm launcher runs on a SLURM login node "
-                      "(or use --launcher print)") from None
+    except OSError as e:
+      done = subprocess.CompletedProcess(argv, 1, "", f"cannot run sbatch: {e.strerror}")
     if done.returncode:
+      if not os.listdir(folder):
+        os.rmdir(folder)  # no empty log folder for a job that never started
       last = (done.stderr.strip().splitlines() or ["no output"])[-1]
       raise UserError(f"sbatch refused job {job.name}: {last} ({len(ids)} jobs submitted "
                       "before it; --status shows them)")

@@ -2,9 +2,10 @@
 
 A job's stamp, <runs>/.plan/<job>.json, says what the last attempt did
 (running, done, diverged, failed, interrupted, submitted) and with which
-fingerprint. A job is done when its stamp says done with the plan's
-fingerprint and its outputs exist: a job changed since (other bindings,
-other steps) or whose outputs were deleted is to do again. Each attempt
+fingerprint; a running one also names its processes (pid, launcher) and,
+under SLURM, its SLURM job (slurm_id). A job is done when its stamp says
+done with the plan's fingerprint and its outputs exist: a job changed since
+(other bindings, other steps) or whose outputs were deleted is to do again. Each attempt
 logs to <runs>/logs/<job>/<attempt>.log.
 """
 
@@ -48,40 +49,74 @@ def new_log(runs, name):
   return os.path.join(folder, f"{max(taken, default=0) + 1}.log")
 
 
+def slurm_log(runs, name, slurm_id):
+  """Where SLURM writes job `name`'s output: the launcher's lines and SLURM's own (a time limit)."""
+  return os.path.join(runs, "logs", name, f"slurm-{slurm_id}.log")
+
+
 def state(plan, job):
   """(state, detail) of a job: done, diverged, skipped, running, submitted, failed, interrupted,
-  pending, or missing (an input prepared elsewhere that is not there)."""
+  pending, or missing (an input prepared elsewhere that is not there).
+
+  A running stamp whose processes are gone (a launcher killed before it
+  could record the end) is interrupted. A stamp of a SLURM job is read
+  with what SLURM said of it (plan.slurm, scheduler.check): gone without
+  recording an end, it is failed or interrupted."""
   outputs = all(os.path.exists(p) for p in job.outputs)
   if not job.command:
     return ("done", "") if outputs else ("missing", "prepare it first: " + ", ".join(job.outputs))
   stamp = read(plan.ctx.runs, job.name) or {}
   kind = stamp.get("state")
-  if kind == "running" and _alive(stamp):
-    return "running", f"pid {stamp['pid']}, since {stamp['time']}"
+  slurm = plan.slurm.get(job.name)
+  if not (slurm and kind in ELSEWHERE and slurm.slurm_id == str(stamp.get("slurm_id"))):
+    slurm = None  # SLURM's answer was about an earlier stamp
+  gone = slurm is not None and slurm.verdict in ("failed", "interrupted")
+  if kind == "running" and (not gone if slurm else _alive(stamp)):
+    where = f"pid {stamp.get('pid')} on {stamp.get('host')}, since {stamp.get('time')}"
+    return "running", _joined(where, slurm)
   if job.kind == "data" and outputs:  # its command checks its own inputs (data.py)
     return "done", ""
   if not stamp:
     return "pending", ""
   same = stamp.get("fingerprint") == plan.fingerprints[job.name]
-  if kind == "submitted" and same:
-    return "submitted", f"SLURM job {stamp['slurm_id']}, {stamp['time']}"
+  if kind == "submitted" and same and not gone:
+    return "submitted", _joined(f"SLURM job {stamp['slurm_id']}, {stamp['time']}", slurm)
   if not same:
     return "pending", "changed since its last attempt" if kind in FINISHED else ""
+  if gone:
+    return slurm.verdict, slurm.detail
   if kind in FINISHED and (outputs or kind != "done"):
     return kind, stamp.get("detail", "")
   if kind in ("failed", "interrupted"):
     return kind, f"exit status {stamp.get('rc')}, {stamp['time']}"
+  if kind == "running":
+    return "interrupted", (f"its launcher stopped before recording an end (pid {stamp.get('pid')} "
+                           f"is gone), {stamp['time']}")
   return "pending", "outputs missing" if kind == "done" else ""
 
 
+def _joined(detail, slurm):
+  return f"{detail}; {slurm.detail}" if slurm else detail
+
+
 def _alive(stamp):
+  """Whether the job's process or the launcher that records its end still runs (True for
+  another machine's: it says running until it says otherwise)."""
   if stamp.get("host") != socket.gethostname():
-    return True  # another machine's: it says running until it says otherwise
+    return True
+  return any(_runs(pid) for pid in (stamp.get("pid"), stamp.get("launcher")))
+
+
+def _runs(pid):
   try:
-    os.kill(stamp["pid"], 0)
-  except (OSError, KeyError, TypeError):
+    os.kill(pid, 0)
+  except (OSError, TypeError):
     return False
-  return True
+  try:  # a zombie has ended: an orphan that its new parent (a container's init) never reaps
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except (OSError, IndexError):
+    return True
 
 
 def last_lines(path, n=5):
@@ -101,7 +136,9 @@ def table(plan):
     counts[kind] = counts.get(kind, 0) + 1
     rows.append((job.name, kind, job.kind, job.study, detail))
     if kind in ("failed", "interrupted"):
-      log = (read(plan.ctx.runs, job.name) or {}).get("log", "")
+      stamp = read(plan.ctx.runs, job.name) or {}
+      log = stamp.get("log") or (slurm_log(plan.ctx.runs, job.name, stamp["slurm_id"])
+                                 if stamp.get("slurm_id") else "")
       tails.append(f"{job.name}: {log}")
       tails += [f"  | {line}" for line in last_lines(log)]
   width = max(len(r[0]) for r in rows)

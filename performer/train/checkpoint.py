@@ -22,17 +22,19 @@ class Checkpoints:
   """Saves and restores (model, optimizer) in a workdir's checkpoints/ folder.
 
   A context manager: leaving the block closes the orbax manager, also on an
-  error (an open one ends the process with asyncio tracebacks).
-  create=False opens an existing folder without writing to it (the source
-  of TrainConfig.init_from).
+  error (an open one ends the process with asyncio tracebacks). Opening
+  writes nothing: the folder is made by the first `save`, so a run refused
+  before its first step (memory, data, a bad resume) leaves no empty
+  checkpoints/ behind, and reading a source (TrainConfig.init_from, eval)
+  leaves it as it was.
   """
 
-  def __init__(self, directory, *, max_to_keep=3, create=True):
+  def __init__(self, directory, *, max_to_keep=3):
     self.directory = directory
     self.manager = ocp.CheckpointManager(
         directory, item_handlers={"state": ocp.StandardCheckpointHandler(),
                                   "meta": ocp.JsonCheckpointHandler()},
-        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create,
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=False,
                                              enable_async_checkpointing=False))
 
   def __enter__(self):
@@ -46,6 +48,7 @@ class Checkpoints:
 
   def save(self, step, model, optimizer, meta):
     """Writes checkpoint `step` (orbax writes to a temporary folder and renames it)."""
+    os.makedirs(self.directory, exist_ok=True)
     self.manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(_state(model, optimizer)), meta=ocp.args.JsonSave(meta)))
     self.manager.wait_until_finished()

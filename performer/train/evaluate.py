@@ -172,7 +172,7 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
   mesh = sharding.make_mesh(cfg.mesh)
   every = [pipeline.batches(cfg.data, split, causal=cfg.model.causal, **_process())
            for split in splits]  # checks all first
-  with Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints")), create=False) as ckpt:
+  with Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
     step = ckpt.latest_step()
     if step is None:
       raise UserError(f"{workdir}: no checkpoint yet")

@@ -74,10 +74,12 @@ def run(cfg, workdir, *, progress=True, records=None):
                     mesh=mesh, multiplier=multiplier["valid"], max_batches=train.eval_batches)
 
   # One run per workdir: a second would mix its checkpoints and metrics with ours. (Process 0
-  # holds the lock for all of a multi-process run.)
+  # holds the lock for all of a multi-process run.) Output folders appear with their first file
+  # (checkpoints/ at the first save), so a start refused before the first step leaves none.
   lock = (exclusive_lock(os.path.join(workdir, "train.lock"), f"--workdir {workdir}")
           if jax.process_index() == 0 else contextlib.nullcontext())
-  with lock, Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
+  with _removed_if_left_empty(workdir), lock, \
+       Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
     start = ckpt.latest_step() or 0
     if start:  # the same run only; allowed changes (steps, cadence) go to resumes.jsonl
       for field, old, new in resume.check(workdir, cfg, start, record=jax.process_index() == 0):
@@ -160,6 +162,19 @@ def check_workdir(workdir):
   """Raises UserError when `workdir` exists and is not a folder."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise UserError(f"--workdir {workdir} is a file, not a folder")
+
+
+@contextlib.contextmanager
+def _removed_if_left_empty(workdir):
+  """On an error, removes `workdir` if this block made it (for the lock) and it is still empty."""
+  made = not os.path.exists(workdir)
+  try:
+    yield
+  except BaseException:
+    if made:
+      with contextlib.suppress(OSError):  # not empty: the run wrote something, keep it
+        os.rmdir(workdir)
+    raise
 
 
 def _write_config(workdir, cfg, records):

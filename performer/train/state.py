@@ -95,5 +95,5 @@ def load_params(model, source):
   if not os.path.isdir(folder):
     raise UserError(f"TrainConfig.init_from = {source!r} has no checkpoints/ folder; give a "
                     f"trained `performer train` workdir")
-  with Checkpoints(folder, create=False) as trained:
+  with Checkpoints(folder) as trained:
     return trained.load_params(model)

@@ -125,7 +125,7 @@ def test_errors_match_an_independent_computation(result, run_dir):
       cfg.model, attention="performer_softmax",
       attention_options={"num_features": m, "seed": 1 + draw}))
   favor_model, _ = state_lib.build(favor_cfg)
-  with Checkpoints(os.path.join(run_dir, "checkpoints"), create=False) as ckpt:
+  with Checkpoints(os.path.join(run_dir, "checkpoints")) as ckpt:
     ckpt.load_params(favor_model)
   favor_model.eval()
   data = pipeline.batches(cfg.data, "test", causal=True)

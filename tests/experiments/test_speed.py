@@ -333,7 +333,10 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     (("--layer-only", "--attention", "favor_scan", "--direction", "bidirectional"),
      "this selection measures nothing: favor_scan runs causal only"),
     (("--attention", "exact,identity", "--chunk-sizes", "64"),
-     "--chunk-sizes applies to the performer_* attentions; none is selected"),
+     "--chunk-sizes and --spans apply to the performer_* attentions; none is selected"),
+    (("--attention", "performer_softmax", "--direction", "bidirectional", "--spans", "64"),
+     "--spans applies to causal attention: add --direction causal"),
+    (("--attention", "performer_softmax", "--spans", "0"), "spans must be >= 1"),
 ])
 def test_bad_flags_are_one_line_errors(args, message, tmp_path):
   # --seq-lens 16 --config small: anything that got past the checks would finish fast.

@@ -79,8 +79,9 @@ def test_bidirectional_blocks_with_fewer_keys_than_queries(block):
 
 
 @pytest.mark.parametrize("kernel, eps", ALL)
-@pytest.mark.parametrize("chunk", [1, 3, 16, 64])  # 37 is not a multiple of any
-def test_causal_chunks_equal_per_token_oracle(kernel, eps, chunk):
+@pytest.mark.parametrize("chunk, span", [  # 37 is not a multiple of any; span None: all at once
+    (1, None), (3, None), (3, 3), (16, None), (16, 16), (16, 32), (64, None)])
+def test_causal_chunks_equal_per_token_oracle(kernel, eps, chunk, span):
   q, k, v = _qkv(1)
   W = _W()
   s = D ** -0.25
@@ -88,7 +89,7 @@ def test_causal_chunks_equal_per_token_oracle(kernel, eps, chunk):
       favor.feature_map(q * s, W, kernel, kernel_epsilon=eps),
       favor.feature_map(k * s, W, kernel, kernel_epsilon=eps), v)
   got = favor.favor_attention(q, k, v, W, kernel=kernel, causal=True, chunk_size=chunk,
-                              kernel_epsilon=eps)
+                              span=span or L, kernel_epsilon=eps)
   np.testing.assert_allclose(got, oracle, rtol=2e-5, atol=2e-5)
   np.testing.assert_allclose(oracle, _explicit(q, k, v, W, kernel, eps, True), rtol=2e-5, atol=2e-5)
 
@@ -108,6 +109,8 @@ def test_favor_approaches_exact_attention_as_m_grows():
 
 @pytest.mark.parametrize("causal_fn", [
     functools.partial(favor.favor_attention, kernel="positive", chunk_size=8),
+    functools.partial(favor.favor_attention, kernel="positive", chunk_size=8, span=8),
+    functools.partial(favor.favor_attention, kernel="positive", chunk_size=4, span=16),
     functools.partial(favor.favor_attention, kernel="positive", chunk_size=64),
     functools.partial(favor.favor_attention, kernel="trig", chunk_size=5),
     functools.partial(favor.favor_attention, kernel="relu", kernel_epsilon=1e-3, chunk_size=8),
@@ -147,15 +150,20 @@ def test_padding_never_changes_real_outputs(kernel, eps):
     # trig's D can be near 0 (outputs of +-60 here), hence the looser rtol.
     np.testing.assert_allclose(got[b:b + 1], alone, rtol=1e-4 if kernel == "trig" else 1e-5,
                                atol=1e-6)
-  # Causal: right padding of any length and content leaves real positions unchanged.
-  alone = favor.favor_attention(q[:, :real], k[:, :real], v[:, :real], W, kernel=kernel,
-                                causal=True, chunk_size=8, kernel_epsilon=eps)
-  for pad_value in (0.0, 50.0):
-    kp = k.at[:, real:].set(pad_value)
-    mask = jnp.arange(L)[None, :] < real
-    padded = favor.favor_attention(q, kp, v, W, kernel=kernel, causal=True, chunk_size=8,
-                                   mask=jnp.broadcast_to(mask, (B, L)), kernel_epsilon=eps)
-    np.testing.assert_array_equal(padded[:, :real], alone)
+  # Causal: right padding of any content leaves real positions unchanged bit for bit, and of
+  # any length up to rounding (a pass over all chunks at once is a program of another shape,
+  # whose products XLA may tile differently); the sequential pass, bit for bit.
+  mask = jnp.broadcast_to(jnp.arange(L)[None, :] < real, (B, L))
+  for span in (8, None):  # one chunk per step; all chunks at once (the CPU's default is 128)
+    attend = functools.partial(favor.favor_attention, W=W, kernel=kernel, causal=True,
+                               chunk_size=8, span=span or L, kernel_epsilon=eps)
+    alone = attend(q[:, :real], k[:, :real], v[:, :real])
+    padded = [attend(q, k.at[:, real:].set(pad_value), v, mask=mask)[:, :real]
+              for pad_value in (0.0, 50.0)]
+    np.testing.assert_array_equal(padded[0], padded[1])
+    if span:
+      np.testing.assert_array_equal(padded[0], alone)
+    np.testing.assert_allclose(padded[0], alone, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("causal, scale", [  # mean |x| after d^-1/4: 6.2, 12.4, 18.6
@@ -184,14 +192,15 @@ def test_causal_is_as_exact_as_bidirectional_at_large_norms(norm):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-5
 
 
-def test_large_norm_keys_take_the_exact_path_and_stay_causal():
+@pytest.mark.parametrize("span", [16, None])  # one chunk per step; all chunks at once
+def test_large_norm_keys_take_the_exact_path_and_stay_causal(span):
   q, k, v = _qkv(3, scale=2.0)
   W = _W()
   big = k * 15.0  # scaled norms ~50
-  base = favor.favor_attention(q, big, v, W, causal=True, chunk_size=16)
+  base = favor.favor_attention(q, big, v, W, causal=True, chunk_size=16, span=span)
   # Smaller keys have far larger logs w.x - |x|^2/2: they outgrow the reference.
   k2 = big.at[:, 20:].divide(15.0)
-  got = favor.favor_attention(q, k2, v, W, causal=True, chunk_size=16)
+  got = favor.favor_attention(q, k2, v, W, causal=True, chunk_size=16, span=span)
   np.testing.assert_array_equal(got[:, :20], base[:, :20])  # bit for bit
   np.testing.assert_allclose(got, _log_space_reference(q, k2, v, W, True), atol=5e-5)
   state = favor.causal_decode_init(B, H, M, D)
@@ -243,15 +252,15 @@ def _log_space_reference(q, k, v, W, causal):
   return np.einsum("bqkh,bkhd->bqhd", p / p.sum(2, keepdims=True), np.asarray(v, np.float64))
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_bf16_inputs_accumulate_in_float32(causal):
+@pytest.mark.parametrize("causal, span", [(False, None), (True, 128), (True, 2048)])
+def test_bf16_inputs_accumulate_in_float32(causal, span):
   length = 2048  # long sums: bf16 accumulators would lose ~all precision
   q, k, v = _qkv(6, scale=3.0, length=length, dtype=jnp.bfloat16)
   W = _W(32)
-  got = favor.favor_attention(q, k, v, W, causal=causal, chunk_size=128)
+  attend = functools.partial(favor.favor_attention, W=W, causal=causal, chunk_size=128, span=span)
+  got = attend(q, k, v)
   assert got.dtype == jnp.bfloat16
-  as_f32 = favor.favor_attention(*(x.astype(jnp.float32) for x in (q, k, v)), W,
-                                 causal=causal, chunk_size=128)
+  as_f32 = attend(*(x.astype(jnp.float32) for x in (q, k, v)))
   assert np.isfinite(np.asarray(got, np.float32)).all()
   np.testing.assert_allclose(np.asarray(got, np.float32), as_f32, rtol=2e-2, atol=2e-2)
 
@@ -271,17 +280,18 @@ def _naive_float64(q, k, v, W, kernel, causal):
   return jnp.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
 
 
-@pytest.mark.parametrize("kernel, causal, scale", [
-    ("positive", False, 1.0), ("positive", True, 1.0), ("trig", False, 1.0), ("trig", True, 1.0),
-    ("positive", True, 7.0)])  # scaled norms ~12: keys outgrow their chunk's reference
-def test_gradients_match_float64_autodiff(kernel, causal, scale):
+@pytest.mark.parametrize("kernel, causal, scale, span", [
+    ("positive", False, 1.0, None), ("positive", True, 1.0, None), ("positive", True, 1.0, 8),
+    ("trig", False, 1.0, None), ("trig", True, 1.0, None),
+    ("positive", True, 7.0, None), ("positive", True, 7.0, 8)])  # scaled norms ~12: keys
+def test_gradients_match_float64_autodiff(kernel, causal, scale, span):  # outgrow references
   q, k, v = _qkv(8, scale=scale)
   W = _W(16)
   g = jax.random.normal(jax.random.key(10), v.shape)
 
   def loss32(q, k, v):
     return jnp.sum(g * favor.favor_attention(q, k, v, W, kernel=kernel, causal=causal,
-                                             chunk_size=8))
+                                             chunk_size=8, span=span))
   grads = jax.grad(loss32, argnums=(0, 1, 2))(q, k, v)
   with jax.enable_x64(True):
     as64 = [jnp.asarray(np.asarray(x), jnp.float64) for x in (q, k, v, W, g)]
@@ -308,6 +318,51 @@ def test_identical_under_jit_grad_and_vmap():
   grad = jax.grad(loss)(q)
   np.testing.assert_allclose(jax.jit(jax.grad(loss))(q), grad, rtol=1e-5,
                              atol=1e-5 * np.abs(grad).max())
+
+
+def _loops(jaxpr):
+  """The loop primitives (scan, while) of a jaxpr and its inner jaxprs, conds' branches left
+  out (the exact path runs only where a key outgrows its reference)."""
+  return [e.primitive.name for e in _eqns(jaxpr, skip=("cond",))
+          if e.primitive.name in ("scan", "while")]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_block_or_span_runs_without_a_loop_and_bf16_products(causal):
+  # The accelerator form: the whole sequence at once, in both passes; bf16 product operands
+  # with float32 results (sums, states and normalisers stay float32).
+  q, k, v = _qkv(13, length=64, dtype=jnp.bfloat16)
+  W = _W()
+  attend = lambda q, k, v: favor.favor_attention(q, k, v, W, causal=causal, chunk_size=(
+      8 if causal else 64), span=64)
+  for f in (attend, jax.grad(lambda q, k, v: jnp.sum(attend(q, k, v).astype(jnp.float32)),
+                             argnums=(0, 1, 2))):
+    jaxpr = jax.make_jaxpr(f)(q, k, v).jaxpr
+    assert _loops(jaxpr) == []
+  dots = [e for e in _eqns(jax.make_jaxpr(attend)(q, k, v).jaxpr)
+          if e.primitive.name == "dot_general"]
+  low = [e for e in dots if e.invars[0].aval.dtype == jnp.bfloat16 == e.invars[1].aval.dtype]
+  # K'^T V and Q' (K'^T V); causal: each chunk's state, Q' K'^T, scores V and Q' S.
+  assert len(low) == (4 if causal else 2), dots
+  assert all(e.outvars[0].aval.dtype == jnp.float32 for e in low)
+  looped = jax.make_jaxpr(lambda q, k, v: favor.favor_attention(
+      q, k, v, W, causal=causal, chunk_size=8, span=8))(q, k, v).jaxpr
+  assert _loops(looped)  # the sequential form, for contrast
+
+
+def _eqns(jaxpr, skip=()):
+  """Every equation of a jaxpr and of its inner jaxprs, but those of primitives in `skip`."""
+  out = []
+  for eqn in jaxpr.eqns:
+    out.append(eqn)
+    if eqn.primitive.name in skip:
+      continue
+    for param in eqn.params.values():
+      for inner in param if isinstance(param, (tuple, list)) else (param,):
+        inner = getattr(inner, "jaxpr", inner)
+        if hasattr(inner, "eqns"):
+          out += _eqns(inner, skip)
+  return out
 
 
 def test_causal_never_builds_quadratic_or_lmd_tensors(largest_intermediate):

@@ -34,7 +34,7 @@ def test_archive_copies_what_figures_read_and_the_stamps_not_the_checkpoints(tmp
                                       "stamps"]
   assert sorted(os.listdir(kept / "stamps")) == ["u_exact.json", "u_exact_eval.json"]
   # again with the last checkpoint, replacing the first archive whole
-  archive.save(str(run), str(kept), checkpoint=True)
+  archive.save(str(run), str(kept), checkpoint=True, replace=True)
   assert os.listdir(kept / "checkpoints") == ["500"]
   assert (kept / "checkpoints" / "500" / "state").read_text() == "step 500"
   assert not [f for f in os.listdir(tmp_path / "kept") if ".tmp-" in f]
@@ -45,6 +45,91 @@ def test_archive_copies_what_figures_read_and_the_stamps_not_the_checkpoints(tmp
   with pytest.raises(UserError, match="no checkpoint to archive"):
     archive.save(str(tmp_path / "bare"), str(tmp_path / "y"), checkpoint=True)
   assert not os.path.exists(tmp_path / "y")
+
+
+def _files(folder):
+  return sorted(os.path.relpath(os.path.join(r, f), folder) for r, _, fs in os.walk(folder)
+                for f in fs)
+
+
+def _refused(args, capsys, match):
+  assert cli.main(["archive", *map(str, args)]) == 2
+  err = capsys.readouterr().err.strip()
+  assert len(err.splitlines()) == 1 and match in err, err
+
+
+@pytest.mark.parametrize("replace", [[], ["--replace"]])
+def test_archive_refuses_to_write_over_the_run_itself_or_into_it_or_around_it(
+    tmp_path, capsys, replace):
+  run = _run_folder(tmp_path / "a" / "qs")  # e.g. `cp -r runs/quickstart/x /tmp/a/qs`
+  before = _files(run)
+  _refused([run, "--to", tmp_path / "a", *replace], capsys, "that is the run")
+  _refused([run, "--to", run, *replace], capsys, "that lies inside the run")
+  _refused([tmp_path / "a" / "." / "qs", "--to", os.path.join(tmp_path, "a", "qs", ".."),
+            *replace], capsys, "that is the run")  # however the paths are spelt
+  os.symlink(tmp_path / "a", tmp_path / "link")
+  _refused([run, "--to", tmp_path / "link", *replace], capsys, "that is the run")
+  inner = _run_folder(tmp_path / "b" / "x" / "x")  # DEST/x would be the run's parent
+  _refused([inner, "--to", tmp_path / "b", *replace], capsys, "that holds the run")
+  assert _files(run) == before and os.listdir(tmp_path / "a") == ["qs"]
+  assert os.listdir(tmp_path / "b" / "x") == ["x"]
+
+
+def test_archive_replaces_an_archive_only_with_replace_and_never_two_runs_of_one_name(
+    tmp_path, capsys):
+  run = _run_folder(tmp_path / "runs" / "u_exact")
+  kept = tmp_path / "kept"
+  os.makedirs(kept / "u_exact")
+  (kept / "u_exact" / "notes.txt").write_text("mine")
+  _refused([run, "--to", kept], capsys, "u_exact exists; pass --replace to replace it")
+  assert _files(kept) == ["u_exact/notes.txt"]
+  # two runs of one name: refused before anything is written, with --replace too
+  other = _run_folder(tmp_path / "elsewhere" / "u_exact")
+  for replace in ([], ["--replace"]):
+    _refused([run, other, "--to", tmp_path / "fresh", *replace], capsys,
+             "would both be archived as")
+    assert not (tmp_path / "fresh").exists()
+  (tmp_path / "kept" / "file").write_text("a file")
+  os.makedirs(tmp_path / "r" / "file")
+  (tmp_path / "r" / "file" / "config.json").write_text("{}")
+  _refused([tmp_path / "r" / "file", "--to", kept, "--replace"], capsys, "is not a folder")
+  assert (tmp_path / "kept" / "file").read_text() == "a file"
+  # --replace (documented) swaps the new archive in whole, leaving nothing beside it
+  with pytest.raises(SystemExit):
+    cli.main(["archive", "--help"])
+  assert "--replace" in capsys.readouterr().out
+  assert cli.main(["archive", str(run), "--to", str(kept), "--replace"]) == 0
+  assert "notes.txt" not in os.listdir(kept / "u_exact")
+  assert "config.json" in os.listdir(kept / "u_exact")
+  assert sorted(os.listdir(kept)) == ["file", "u_exact"]
+
+
+def test_a_replacement_that_fails_leaves_the_old_archive_whole(tmp_path, monkeypatch):
+  run = _run_folder(tmp_path / "runs" / "u_exact")
+  dest = str(tmp_path / "kept" / "u_exact")
+  archive.save(str(run), dest)
+  (run / "metrics.jsonl").write_text("newer")
+  rename = os.rename
+
+  def failing(src, dst):  # the new archive cannot be renamed into place (a full disk, a crash)
+    if dst == dest and not src.endswith("-old"):
+      raise OSError("no space left")
+    rename(src, dst)
+  monkeypatch.setattr(os, "rename", failing)
+  with pytest.raises(OSError, match="no space left"):
+    archive.save(str(run), dest, replace=True)
+  assert (tmp_path / "kept" / "u_exact" / "metrics.jsonl").read_text() == "metrics.jsonl"
+  assert os.listdir(tmp_path / "kept") == ["u_exact"]
+
+
+def test_the_plan_archives_a_run_again_over_its_archive(tmp_path):
+  ctx = plans.context("mini", runs=str(tmp_path / "runs"), results=str(tmp_path / "results"))
+  job = next(j for j in plans.build(ctx) if j.name == "u_identity_archive")
+  _run_folder(tmp_path / "runs" / "u_identity")
+  assert cli.main(list(job.command[1:])) == 0
+  (tmp_path / "runs" / "u_identity" / "metrics.jsonl").write_text("retrained")
+  assert cli.main(list(job.command[1:])) == 0  # e.g. over the committed archive of an older run
+  assert (tmp_path / "results" / "runs" / "u_identity" / "metrics.jsonl").read_text() == "retrained"
 
 
 def test_restore_brings_back_runs_whose_fingerprint_matches_and_the_plan_counts_them_done(tmp_path):

@@ -152,8 +152,8 @@ LAUNCH = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_process_group_stops_every_job_once_and_waits(tmp_path, signum):
+def _launch(tmp_path):
+  """The LAUNCH launcher in a session of its own, once its first two jobs have started."""
   launcher = subprocess.Popen(
       [sys.executable, "-c", LAUNCH.format(tests=os.path.dirname(__file__), tmp=str(tmp_path))],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -161,6 +161,13 @@ def test_a_signal_to_the_process_group_stops_every_job_once_and_waits(tmp_path, 
   while len([e for e in _events(tmp_path) if e["what"] == "start"]) < 2:
     assert launcher.poll() is None and time.time() < deadline, launcher.stdout.read()
     time.sleep(0.1)
+  return launcher
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signal_to_the_process_group_stops_every_job_once_and_waits(tmp_path, signum):
+  launcher = _launch(tmp_path)
   os.killpg(launcher.pid, signum)  # the whole group, as a scheduler or a terminal's Ctrl-C does
   out, _ = launcher.communicate(timeout=30)
   assert launcher.returncode == 130, out
@@ -174,6 +181,46 @@ def test_a_signal_to_the_process_group_stops_every_job_once_and_waits(tmp_path, 
   for pid in pids:  # nothing keeps running
     with pytest.raises(ProcessLookupError):
       os.kill(pid, 0)
+
+
+def test_a_closed_terminal_stops_every_job_once_though_nothing_can_be_printed(tmp_path):
+  launcher = _launch(tmp_path)
+  launcher.stdout.close()  # the terminal is gone: every write now fails
+  os.killpg(launcher.pid, signal.SIGHUP)
+  assert launcher.wait(timeout=30) == 130
+  events = _events(tmp_path)
+  for name in ("first", "second"):
+    assert [e["what"] for e in events if e["job"] == name] == ["start", "TERM", "saved"], events
+  plan = _plan(tmp_path, [_job(tmp_path, n, 60) for n in ("first", "second")])
+  assert [state.state(plan, j)[0] for j in plan.jobs] == ["interrupted"] * 2
+
+
+def test_the_jobs_of_a_killed_launcher_are_interrupted_not_pending(tmp_path):
+  launcher = _launch(tmp_path)
+  launcher.kill()  # no handler: only the kernel's SIGTERM to its jobs (PR_SET_PDEATHSIG)
+  launcher.communicate(timeout=30)
+  plan = _plan(tmp_path, [_job(tmp_path, n, 60) for n in ("first", "second")])
+  deadline = time.time() + 30
+  while any(state.state(plan, j)[0] == "running" for j in plan.jobs):  # while they save
+    assert time.time() < deadline
+    time.sleep(0.1)
+  for job in plan.jobs:
+    kind, detail = state.state(plan, job)
+    assert kind == "interrupted" and detail.startswith("its launcher stopped before recording an "
+                                                       "end"), (kind, detail)
+  assert "first: " + str(tmp_path / "runs" / "logs" / "first" / "1.log") in state.table(plan)
+
+
+def test_a_job_whose_launcher_died_runs_again(tmp_path):
+  plan = _plan(tmp_path, [_job(tmp_path, "a", 0)])
+  gone = subprocess.Popen(["true"])
+  gone.wait()
+  state.write(plan.ctx.runs, "a", state="running", pid=gone.pid, launcher=gone.pid, log="",
+              fingerprint=plan.fingerprints["a"])
+  assert state.state(plan, plan["a"])[0] == "interrupted"
+  assert local.run(plan, jobs=1, say=lambda _: None) == 0
+  assert [e["job"] for e in _events(tmp_path) if e["what"] == "start"] == ["a"]
+  assert state.state(plan, plan["a"])[0] == "done"
 
 
 def test_print_lists_each_unfinished_job_after_what_it_needs(tmp_path, capsys):
@@ -264,9 +311,20 @@ def test_slurm_dry_run_prints_the_commands_and_submits_nothing(tmp_path, sbatch,
   assert "'--dependency=afterok:<proteins>'" in lines[-1] and lines[-1].endswith("--job fig16_relu")
 
 
+def test_slurm_without_sbatch_is_one_line_and_makes_no_folder(tmp_path, monkeypatch, capsys):
+  monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no sbatch there
+  assert cli.main(["reproduce", "--launcher", "slurm", "--only", "fig16_relu", "--runs",
+                   str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 2
+  assert capsys.readouterr().err == ("performer reproduce: error: sbatch not found: the slurm "
+                                     "launcher runs on a SLURM login node (or use --launcher "
+                                     "print)\n")
+  assert os.listdir(tmp_path) == []
+
+
 def test_the_job_template_runs_the_plan_command(tmp_path):
   text = open(os.path.join(ROOT, "scripts", "slurm", "job.sbatch")).read()
   assert "#SBATCH --signal=B:TERM@300" in text and 'reproduce "$@"' in text
+  assert "#SBATCH --kill-on-invalid-dep=yes" in text  # no job left pending for ever
 
 
 def test_a_job_refuses_to_run_before_what_it_needs(tmp_path, capsys):

@@ -260,12 +260,20 @@ def test_bad_configurations_stop_before_any_work(data, tmp_path, binding, messag
   assert not (tmp_path / "w").exists()
 
 
-def test_a_step_bigger_than_memory_stops_before_training(data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_step_bigger_than_memory_stops_before_training_and_leaves_no_folders(
+    data, tmp_path, monkeypatch, fresh):
   monkeypatch.setattr(memory, "available_bytes", lambda: 2 ** 10)
+  workdir = tmp_path / "w"
+  if not fresh:
+    os.makedirs(workdir)
+    (workdir / "notes.txt").write_text("mine")
   with pytest.raises(UserError, match=r"one train step needs [\d.]+ [KM]iB \(XLA's buffer plan\), "
                      r"more than the 1.0 KiB available on cpu; lower DataConfig.batch_size"):
-    _train(data, tmp_path, "TrainConfig.steps = 3")
-  assert not (tmp_path / "metrics.jsonl").exists() and not os.listdir(tmp_path / "checkpoints")
+    _train(data, workdir, "TrainConfig.steps = 3")
+  # no empty checkpoints/ or tensorboard/, and no empty workdir made just for the lock
+  assert os.listdir(tmp_path) == ([] if fresh else ["w"])
+  assert fresh or os.listdir(workdir) == ["notes.txt"]
 
 
 def test_resuming_another_shape_names_the_array_and_a_damaged_checkpoint_names_its_file(

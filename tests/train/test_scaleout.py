@@ -73,7 +73,7 @@ def _rows(workdir):
 def _params(workdir):
   """The latest checkpoint's parameters and optimizer state, restored onto one device."""
   model, optimizer = state_lib.build(Config.load(workdir))
-  with Checkpoints(os.path.join(workdir, "checkpoints"), create=False) as ckpt:
+  with Checkpoints(os.path.join(workdir, "checkpoints")) as ckpt:
     ckpt.restore(ckpt.latest_step(), model, optimizer)
   from flax import nnx  # pylint: disable=import-outside-toplevel
   return jax.tree.leaves(nnx.state((model, optimizer), nnx.Not(nnx.RngState)))
@@ -295,14 +295,20 @@ def test_bfloat16_trains_with_float32_parameters_and_favor_sums(data, tmp_path):
   losses = [r["loss"] for r in _rows(tmp_path) if r["split"] == "train"]
   assert losses[-1] < losses[0] - 0.3, losses  # 3.5 -> 3.0 in a measured run
   assert {np.asarray(x).dtype for x in _params(tmp_path) if np.ndim(x)} == {np.dtype(np.float32)}
-  # Every product inside FAVOR (features, K'^T V, K'^T 1, D) is float32 for bfloat16 q, k, v.
+  # For bfloat16 q, k, v inside FAVOR: the features are float32 (their projection's operands
+  # too), the later products take bfloat16 operands, and every product (K'^T V, K'^T 1, D)
+  # accumulates in float32.
   q = jnp.ones((1, 16, 2, 8), jnp.bfloat16)
   W = favor.projection(jax.random.key(0), 8, 8, "orthogonal", "chi")
   for causal in (False, True):
     jaxpr = jax.make_jaxpr(lambda q, k, v: favor.favor_attention(q, k, v, W, kernel="relu",
                                                                  causal=causal))(q, q, q)
     dots = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
-    assert dots and all(v.aval.dtype == jnp.float32 for e in dots for v in e.invars)
+    assert dots and all(e.outvars[0].aval.dtype == jnp.float32 for e in dots)
+    projections = [e for e in dots if e.invars[1].aval.shape == W.shape]
+    assert projections and all(v.aval.dtype == jnp.float32 for e in projections
+                               for v in e.invars)
+    assert any(e.invars[0].aval.dtype == jnp.bfloat16 for e in dots)
     assert jaxpr.out_avals[0].dtype == jnp.bfloat16
 
 
