@@ -5,11 +5,15 @@ whose fields are its flags (performer/flags.py), `run(cfg) -> Result`,
 `report(cfg, result) -> lines`, NAME, SUMMARY, DESCRIPTION, OUT (the
 default --out) and FIGURE (what draws it); `_experiment` does the rest for
 all of them. Any other command module exports FLAGS (dataclasses), `main(args)`,
-SUMMARY and DESCRIPTION. train and eval are defined here.
+SUMMARY and DESCRIPTION. train and eval are defined here. A command imports
+only its own module; the list of commands reads each SUMMARY, a string
+literal, from the module's source, so `performer --help` imports no jax.
 """
 
 import argparse
+import ast
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -24,11 +28,13 @@ EXPERIMENTS = ("approx_error", "lemma2", "speed", "throughput", "error_propagati
                "attention_maps", "aa_similarity")
 OTHERS = ("performer.plans.command", "performer.figures", "performer.plans.archive")
 OTHER_COMMANDS = ("reproduce", "figure", "archive")
+TRAIN_SUMMARY = "train a language model from gin configs (resumes a workdir)"
 TRAIN_DESCRIPTION = (
     "Trains the model the gin files describe (see gin/ and gin/mini/). TensorBoard events, "
     "metrics.jsonl, checkpoints and the operative config go to --workdir; running again on the "
     "same workdir resumes from its latest checkpoint. Ctrl-C saves a checkpoint after the "
     "current step, then stops.")
+EVAL_SUMMARY = "evaluate a trained workdir on a split (writes eval_SPLIT.json)"
 EVAL_DESCRIPTION = (
     "Restores the latest checkpoint of --workdir and reports loss, accuracy, perplexity and bits "
     "per token on --split (per token; PG-19 adds word_perplexity); for protein data also the "
@@ -80,6 +86,7 @@ def _eval(args):
   bad = [s for s in splits if s not in ("valid", "test", "ood")] or ([] if splits else [args.split])
   if bad:
     raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
+  evaluate.check_mask_draws(args.mask_draws)  # before joining the other processes
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
   results = evaluate.run_splits(args.workdir, splits, mask_draws=args.mask_draws)
@@ -111,6 +118,27 @@ def _texts(where):
   return module.SUMMARY, module.DESCRIPTION
 
 
+def _summary(where):
+  """The SUMMARY of module `where` (performer.x.y), read from its source without importing it or
+  its packages (performer.plans imports jax, which takes seconds)."""
+  base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *where.split(".")[1:])
+  source = base + ".py" if os.path.isfile(base + ".py") else os.path.join(base, "__init__.py")
+  with open(source, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  return next(ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets]
+              == ["SUMMARY"])
+
+
+def _summaries():
+  """{command: its one-line help}, importing no command module."""
+  return {**{name: _summary(where) for name, where in zip(DATA_COMMANDS, DATA)},
+          "train": TRAIN_SUMMARY, "eval": EVAL_SUMMARY,
+          **{name.replace("_", "-"): _summary("performer.experiments." + name)
+             for name in EXPERIMENTS},
+          **{name: _summary(where) for name, where in zip(OTHER_COMMANDS, OTHERS)}}
+
+
 def _command(parser, where):
   """A command module's flags (FLAGS) and its main(args)."""
   module = importlib.import_module(where)
@@ -120,11 +148,19 @@ def _command(parser, where):
 
 
 def _parser(only=None):
-  """The argument parser. only: a command name; the other commands are then named but not
-  built, so that a command imports only what it needs (prepare-trembl starts without jax)."""
+  """The argument parser.
+
+  Args:
+    only: None builds every command (tests read their flags); a command name
+      builds that one alone, so that a command imports only what it needs
+      (prepare-trembl starts without jax); "" builds none, for the list of
+      commands that `performer` and `performer --help` print in well under a
+      second. A command not built is named, with its summary when listed.
+  """
   wanted = lambda name: only is None or name == only
+  summaries = _summaries() if only == "" else {}
   epilog = None
-  if only is None:
+  if not only:
     from performer import figures  # pylint: disable=import-outside-toplevel
     epilog = "figures and tables (performer figure NAME):\n" + figures.listing()
   parser = argparse.ArgumentParser(
@@ -132,48 +168,52 @@ def _parser(only=None):
       description="Reproduce 'Rethinking Attention with Performers' (Choromanski et al., "
                   "ICLR 2021): data preparation, training, FAVOR+ measurements and figures.",
       epilog=epilog)
+  parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
   sub = parser.subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
   def add(name, summary, description, **kw):
     return sub.add_parser(name, help=summary, description=description, formatter_class=_Formatter,
                           **kw)
 
+  def named(name):
+    """Names a command not built here (with its summary when the list is printed)."""
+    sub.add_parser(name, **({"help": summaries[name]} if name in summaries else {}))
+
   for name, where in zip(DATA_COMMANDS, DATA):
     if wanted(name):
       _command(add(name, *_texts(where)), where)
     else:
-      sub.add_parser(name)
+      named(name)
   if wanted("train"):
     from performer import configurables  # pylint: disable=import-outside-toplevel
     from performer.train import distributed  # pylint: disable=import-outside-toplevel
-    p = add("train", "train a language model from gin configs (resumes a workdir)",
-            TRAIN_DESCRIPTION)
+    p = add("train", TRAIN_SUMMARY, TRAIN_DESCRIPTION)
     flags.add(p, configurables.GinFlags)
     p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
     flags.add(p, distributed.ClusterFlags)
     p.set_defaults(func=_train)
   else:
-    sub.add_parser("train")
+    named("train")
   if wanted("eval"):
     from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
-    p = add("eval", "evaluate a trained workdir on a split (writes eval_SPLIT.json)",
-            EVAL_DESCRIPTION)
+    p = add("eval", EVAL_SUMMARY, EVAL_DESCRIPTION)
     p.add_argument("--workdir", required=True, help="a `performer train` workdir")
     p.add_argument("--split", default="test",
                    help="valid, test or ood, or several comma-separated (test,ood: one restore "
                         "and compile for both) (default test)")
     p.add_argument("--mask-draws", type=int, default=evaluate.MASK_DRAWS, metavar="N",
                    help="(B) models: score N independent draws of the masks, summed, for a "
-                        "smaller sampling error; (U) models have none (default "
-                        f"{evaluate.MASK_DRAWS}; train/evaluate.py says why)")
+                        "smaller sampling error; (U) models have none; 1 to "
+                        f"{evaluate.MAX_MASK_DRAWS} (default {evaluate.MASK_DRAWS}; "
+                        "train/evaluate.py says why)")
     flags.add(p, distributed.ClusterFlags)
     p.set_defaults(func=_eval)
   else:
-    sub.add_parser("eval")
+    named("eval")
   for name in EXPERIMENTS:
     command = name.replace("_", "-")
     if not wanted(command):
-      sub.add_parser(command)
+      named(command)
       continue
     module = importlib.import_module("performer.experiments." + name)
     p = add(command, module.SUMMARY, module.DESCRIPTION)
@@ -187,11 +227,20 @@ def _parser(only=None):
              "figure": lambda m: "figures and tables:\n" + m.listing(), "archive": lambda m: None}
   for name, where in zip(OTHER_COMMANDS, OTHERS):
     if not wanted(name):
-      sub.add_parser(name)
+      named(name)
       continue
     _command(add(name, *_texts(where), epilog=epilogs[name](importlib.import_module(where))),
              where)
   return parser
+
+
+def _version():
+  """This package's installed version (its metadata), else the one in the source."""
+  try:
+    return importlib.metadata.version("performer")
+  except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+    from performer import __version__  # pylint: disable=import-outside-toplevel
+    return __version__
 
 
 def _names():
@@ -209,7 +258,7 @@ def main(argv=None):
   """Entry point of the `performer` console script; returns the exit status."""
   argv = sys.argv[1:] if argv is None else argv
   named = _named(argv)
-  parser = _parser(named if named in _names() else None)
+  parser = _parser(named if named in _names() else "")
   args, unknown = parser.parse_known_args(argv)
   if unknown:
     parser.subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")

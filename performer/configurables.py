@@ -122,19 +122,26 @@ def parse(files, bindings):
   """Parses gin files and NAME=VALUE bindings.
 
   Raises:
-    UserError: a missing gin file (or a folder), one that includes a missing
-      file, an unknown name, or a malformed value (an unquoted string gets
-      the binding with quotes).
+    UserError: a missing gin file (or a folder), one that is not UTF-8
+      (named, an included one too), one that includes a missing file, an
+      unknown name, or a malformed value (an unquoted string gets the
+      binding with quotes).
   """
   for path in files:
     if os.path.isdir(path):
       raise UserError(f"{path} is a folder, not a gin file")
     if not os.path.isfile(path):
       raise UserError(f"{path}: no such gin file")
+    _check_utf8(path)
   gin.clear_config()
   try:
     logging.disable(logging.ERROR)  # gin logs a missing include before raising it below
     gin.parse_config_files_and_bindings(files, bindings)
+  except UnicodeDecodeError as e:  # an included file: gin names the include, not the file
+    lines = [line.strip() for line in str(e).strip().splitlines()]
+    included = next((m.group(1) for m in map(_INCLUDE.match, lines) if m), "an included file")
+    where = next((f" ({line})" for line in lines if line.startswith("In file")), "")
+    raise UserError(f"gin: {included}: not UTF-8 text (byte {e.start}){where}") from None
   except (OSError, ValueError, KeyError, SyntaxError) as e:
     for binding in bindings:
       name, _, value = (part.strip() for part in binding.partition("="))
@@ -145,6 +152,20 @@ def parse(files, bindings):
     raise UserError(f"gin: {lines[0]}{where}") from None
   finally:
     logging.disable(logging.NOTSET)
+
+
+def _check_utf8(path):
+  """Raises UserError naming gin file `path` unless it is UTF-8 text, as gin reads it."""
+  try:
+    with open(path, "rb") as f:
+      f.read().decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise UserError(f"{path}: not UTF-8 text (byte {e.start}); gin files are UTF-8") from None
+  except OSError as e:
+    raise UserError(f"{path}: {e.strerror}") from None
+
+
+_INCLUDE = re.compile(r"""include\s+['"](.+)['"]""")
 
 
 def check_names_a_model():

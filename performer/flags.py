@@ -28,7 +28,9 @@ def flag(default=dataclasses.MISSING, help="", *, name=None, parse=None, shown=N
     default: the field's default (dataclasses.MISSING: a required flag).
     help: what the flag does; "(default X)" is appended from `default`
       unless `shown` says otherwise.
-    name: the flag, when not --field-name (e.g. "--input-scale").
+    name: the flag, when not --field-name (e.g. "--input-scale"). A name
+      with underscores (--gin_param, gin's own spelling) is offered dashed
+      (--gin-param, the one help shows) and accepted as written too.
     parse: text -> value, for types the annotation does not name; may raise
       UserError or argparse.ArgumentTypeError. (As argparse does, a str
       default goes through it too.)
@@ -87,8 +89,12 @@ def add(parser, cls):
         default = None if required else []
       if kind is not bool and "choices" not in kw:  # argparse shows the choices
         kw.setdefault("metavar", name.lstrip("-").replace("-", "_").upper())
-      parser.add_argument(name, dest=field.name, required=required, default=default,
+      dashed = name.replace("_", "-")
+      parser.add_argument(dashed, dest=field.name, required=required, default=default,
                           help=help_text, **kw)
+      if dashed != name:  # the underscore spelling: accepted, not shown
+        parser.add_argument(name, dest=field.name, default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS, **kw)
 
 
 def build(cls, args, **fields):

@@ -1,10 +1,9 @@
 """Memory a compiled computation plans to use, and what the device has: checked before running.
 
 Shared by `performer speed` (records a configuration that does not fit as
-out of memory) and `performer train` (stops before the first step).
+out of memory), `performer train` (stops before the first step) and
+prepare-mqar (host memory, without importing jax).
 """
-
-import jax
 
 from performer.errors import UserError
 
@@ -26,12 +25,18 @@ def planned_bytes(compiled):
 
 def available_bytes():
   """The device allocator's limit, else 90% of the memory Linux reports available; or None."""
+  import jax  # pylint: disable=import-outside-toplevel  # not at the top: see host_available_bytes
   try:
     limit = (jax.local_devices()[0].memory_stats() or {}).get("bytes_limit")
     if limit:
       return int(limit)
   except Exception:  # pylint: disable=broad-except
     pass
+  return host_available_bytes()
+
+
+def host_available_bytes():
+  """90% of the memory Linux reports available (MemAvailable), or None; imports no jax."""
   try:
     with open("/proc/meminfo") as f:
       for line in f:

@@ -1,11 +1,15 @@
 """The `performer` command as a user runs it: help, errors, a tiny real run."""
 
+import importlib
+import importlib.metadata
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from performer import cli
 
 SUBCOMMANDS = ("prepare-trembl", "prepare-pg19", "train", "eval", "approx-error", "speed", "figure")
 
@@ -62,6 +66,53 @@ def test_a_gin_file_including_a_missing_file_is_a_one_line_error(tmp_path):
   assert result.stderr.strip().splitlines() == [
       "performer train: error: gin: Unable to open file: gin/missing.gin. Searched config paths: "
       f"['', '{root}']. (In file \"{tmp_path / 'a.gin'}\", line 1)"]
+
+
+def test_a_gin_file_that_is_not_utf8_is_named_in_one_line(tmp_path, capsys):
+  bad, including = tmp_path / "bad.gin", tmp_path / "a.gin"
+  bad.write_bytes(b"\xffTrainConfig.steps = 1\n")
+  including.write_text(f"include '{bad}'\n")
+  workdir = str(tmp_path / "w")
+  assert cli.main(["train", "--gin", str(bad), "--workdir", workdir]) == 2
+  assert capsys.readouterr().err == (f"performer train: error: {bad}: not UTF-8 text (byte 0); "
+                                     "gin files are UTF-8\n")
+  assert cli.main(["train", "--gin", str(including), "--workdir", workdir]) == 2
+  assert capsys.readouterr().err == (f"performer train: error: gin: {bad}: not UTF-8 text "
+                                     f"(byte 0) (In file \"{including}\", line 1)\n")
+
+
+def test_help_and_version_import_no_command(tmp_path):
+  """`performer` and `performer --help` list the commands without importing them (jax takes
+  seconds); --version says the installed version."""
+  script = ("import sys\nfrom performer import cli\n"
+            "try:\n  cli.main(sys.argv[1:])\nexcept SystemExit:\n  pass\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'flax', 'grain'}))")
+  for args in ((), ("--help",)):
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+  assert "prepare-trembl   UniProt FASTA -> token shards" in done.stdout
+  assert _run("--version").stdout == f"performer {importlib.metadata.version('performer')}\n"
+
+
+def test_the_command_list_gives_each_command_module_s_own_summary():
+  modules = {**dict(zip(cli.DATA_COMMANDS, cli.DATA)), **dict(zip(cli.OTHER_COMMANDS, cli.OTHERS)),
+             **{n.replace("_", "-"): "performer.experiments." + n for n in cli.EXPERIMENTS}}
+  summaries = cli._summaries()  # pylint: disable=protected-access  # read, not imported
+  assert set(summaries) == {*modules, "train", "eval"}
+  for name, module in modules.items():
+    assert summaries[name] == importlib.import_module(module).SUMMARY, name
+
+
+def test_gin_param_is_dashed_in_help_and_kept_with_its_underscore(tmp_path):
+  for command in ("train", "reproduce"):
+    parser = cli._parser(command).subparsers.choices[command]  # pylint: disable=protected-access
+    text = parser.format_help()
+    assert "--gin-param" in text and "--gin_param" not in text
+    given = ["--gin-param", "A.x = 1", "--gin_param", "A.y = 2", "--gin-param", "A.z = 3"]
+    required = ["--gin", "a.gin", "--workdir", str(tmp_path)] if command == "train" else []
+    args = parser.parse_args([*given, *required])
+    assert args.gin_param == ["A.x = 1", "A.y = 2", "A.z = 3"]
 
 
 def test_tiny_approx_error_run_and_figure(tmp_path):

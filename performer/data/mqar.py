@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from performer import __version__
+from performer import __version__, memory
 from performer.data import outdir, vocab
 from performer.data.stream import StepBatches
 from performer.errors import UserError
@@ -40,6 +40,10 @@ KIND = "mqar"
 SPLITS = ("train", "valid", "test")
 FILLER = 0
 MAX_VOCAB = 2**31 - 1  # token ids are int32
+MAX_SEQ_LEN = 2**31 - 1  # positions are int32
+# Host memory to generate one example (or stats.json), per token of L: measured 12 bytes
+# (float64 probabilities of the L/2 query slots and numpy's temporaries), plus a margin.
+BYTES_PER_TOKEN = 16
 _SPLIT_CODE = {"train": 0, "valid": 1, "test": 2}
 
 SUMMARY = "multi-query associative recall (Zoology's MQAR): a generated dataset's folder"
@@ -73,6 +77,9 @@ class MQARConfig:
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise UserError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+    if self.seq_len > MAX_SEQ_LEN:
+      raise UserError(f"--seq-len must be at most {MAX_SEQ_LEN} (positions are int32), got "
+                      f"{self.seq_len}")
     if self.vocab_size > MAX_VOCAB:
       raise UserError(f"--vocab-size must be at most {MAX_VOCAB} (token ids are int32), got "
                       f"{self.vocab_size}")
@@ -151,11 +158,12 @@ class Batches(StepBatches):
 
   Raises:
     UserError: a (B) model, a DataConfig.seq_len other than the task's L,
-      or an unknown split.
+      an unknown split, or a task too large for this machine (check_memory).
   """
 
   def __init__(self, cfg, split, *, causal, process_index=0, process_count=1):
     self.task = load(cfg.path)
+    check_memory(self.task)
     if not causal:
       raise UserError(f"{cfg.path}: MQAR is next-token recall: train a (U) model "
                       "(ModelConfig.causal = True)")
@@ -186,13 +194,19 @@ class Batches(StepBatches):
     start = step * self.cfg.batch_size + self.offset
     return self._stack(list(range(start, start + self.rows)))
 
+  def _eval_examples(self):
+    return self.size if self.size is not None else self.cfg.batch_size  # train: one batch's worth
+
+  def eval_batch_count(self):
+    """How many batches `eval_batches` yields: ceil(examples / B)."""
+    return -(-self._eval_examples() // self.cfg.batch_size)
+
   def eval_batches(self):
     """Every example of valid or test once, in order, in batches of B (this process's rows).
 
     Every process yields ceil(examples / B) batches; rows past the end have id -1.
     """
-    size = self.cfg.batch_size
-    total = self.size if self.size is not None else size  # train: one batch's worth
+    size, total = self.cfg.batch_size, self._eval_examples()
     for first in range(0, total, size):
       ids = range(first + self.offset, first + self.offset + self.rows)
       yield self._stack([i if i < total else -1 for i in ids])
@@ -209,12 +223,27 @@ def stats(task):
           "slots_holding_half_the_probability": int(np.searchsorted(np.cumsum(p), 0.5) + 1)}
 
 
+def check_memory(task):
+  """Raises UserError when one example of `task` needs more host memory than is available.
+
+  Checked before anything is generated: numpy would otherwise stop with a
+  MemoryError traceback.
+  """
+  needed, available = BYTES_PER_TOKEN * task.seq_len, memory.host_available_bytes()
+  if available is not None and needed > available:
+    raise UserError(f"--seq-len {task.seq_len}: generating an example needs about "
+                    f"{memory.format_bytes(needed)}, more than the "
+                    f"{memory.format_bytes(available)} of memory available")
+
+
 def prepare(task, out, *, force=False):
   """Writes the folder of `task` (manifest.json, stats.json); returns the stats dict.
 
   Raises:
-    UserError: another run on `out`, or an unusable `out` (outdir.check).
+    UserError: a task too large for this machine's memory (check_memory),
+      another run on `out`, or an unusable `out` (outdir.check).
   """
+  check_memory(task)
   fingerprint = {"kind": KIND, **dataclasses.asdict(task)}
   with outdir.lock(out):
     if outdir.check(out, [], lambda manifest: fingerprint, force):

@@ -103,9 +103,7 @@ def check(out, inputs, fingerprint, force):
     source = os.path.realpath(path)
     if source == target or source.startswith(target + os.sep):
       raise UserError(f"--out {out} is or holds the input {path}; choose another folder")
-  if os.path.exists(out) and not os.path.isdir(out):
-    raise UserError(f"--out {out} exists and is a file, not a folder")
-  writable_folder(os.path.dirname(target))
+  check_place(out)
   if not os.path.exists(out) or not os.listdir(out):
     return False
   manifest = os.path.join(out, "manifest.json")
@@ -125,6 +123,20 @@ def check(out, inputs, fingerprint, force):
     raise UserError(f"{out} already holds a different dataset (its manifest.json lists other "
                     "inputs or options); choose another --out or pass --force")
   return False
+
+
+def check_place(out):
+  """The checks of `check` that need no input: a usable name, not a file, a writable parent.
+
+  Commands run it before fetching a sample, so a bad --out fails at once.
+
+  Raises:
+    UserError: an unusable `out`.
+  """
+  _check_name(out)
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise UserError(f"--out {out} exists and is a file, not a folder")
+  writable_folder(os.path.dirname(os.path.realpath(out)))
 
 
 def begin(out):

@@ -277,6 +277,8 @@ FLAGS = (LabelConfig, Command)
 def main(args):
   """`performer label-pfam` on parsed flags (FLAGS): labels, or says the labels exist.
 
+  Every flag, and --out, is checked before the --gecco HMMs are fetched.
+
   Raises:
     UserError: both --hmms and --gecco, or any error of `finished` and `label`.
   """
@@ -286,12 +288,15 @@ def main(args):
   if os.path.isdir(args.out):
     raise UserError(f"--out {args.out} is a folder: give the file to write (the 'accession "
                     "family' table)")
-  cfg = flags.build(LabelConfig, args, **({"hmms": samples.fetch("pfam")} if args.gecco else {}))
+  cfg = flags.build(LabelConfig, args, **({"hmms": samples.path("pfam")} if args.gecco else {}))
   if os.path.exists(args.out) and not args.force:
     done = finished(cfg, args.out)  # UserError if it holds other labels
     print(f"{args.out} holds these labels already ({done['held_out_sequences']:,} held-out "
           f"sequences); nothing to do (--force labels again)")
     return
+  if args.gecco:
+    atomic.check_writable(args.out)
+    samples.fetch("pfam")
   s = label(cfg, args.out)
   if s["skipped_invalid"] or s["mapped_to_x"]:
     print(f"{s['skipped_invalid']:,} records skipped and {s['mapped_to_x']:,} mapped to X for "

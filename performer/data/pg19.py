@@ -419,6 +419,8 @@ FLAGS = (PG19Config, Command)
 def main(args):
   """`performer prepare-pg19` on parsed flags (FLAGS): prepares, then prints stats.md.
 
+  Every flag is checked before the sample is fetched.
+
   Raises:
     UserError: not exactly one source, no --out, or any error of `prepare`.
   """
@@ -426,8 +428,7 @@ def main(args):
   if sum(map(bool, (args.source, args.sample, args.tfds))) != 1:
     raise UserError("give one source: a PG-19 folder, --tfds or --sample")
   if args.sample:
-    source = sample_folder(samples.fetch("book"),
-                           os.path.join(samples.cache_dir(), "samples", "pg19-botchan"))
+    source = os.path.join(samples.cache_dir(), "samples", "pg19-botchan")
     overrides = {k: v for k, v in SAMPLE.items() if getattr(args, k) is None}
   else:
     source, overrides = "tfds" if args.tfds else args.source, {}
@@ -435,6 +436,9 @@ def main(args):
   out = args.out or (SAMPLE_OUT if args.sample else None)
   if out is None:
     raise UserError("--out is required (the folder to write)")
+  if args.sample:
+    outdir.check_place(out)
+    sample_folder(samples.fetch("book"), source)
   prepare(cfg, out, force=args.force)
   with open(os.path.join(out, "stats.md")) as f:
     print(f.read().rstrip())

@@ -192,6 +192,10 @@ class ShardBatches(StepBatches):
     ids = range(start, start + self.rows)
     return self._stack([self.stream[i] for i in ids], ids)
 
+  def eval_batch_count(self):
+    """How many batches `eval_batches` yields: ceil(examples / B)."""
+    return -(-len(self.source) // self.cfg.batch_size)
+
   def eval_batches(self):
     """Every example of the split once, in order, in batches of B (this process's rows).
 

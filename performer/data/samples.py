@@ -37,16 +37,22 @@ def cache_dir():
   return os.environ.get("PERFORMER_CACHE", os.path.expanduser("~/.cache/performer"))
 
 
+def path(name):
+  """Where sample `name` is (or will be once fetched): commands check their flags against it
+  before fetching anything."""
+  return os.path.join(cache_dir(), "samples", SAMPLES[name][3])
+
+
 def fetch(name):
   """Returns the local path of sample `name` ('protein', 'book' or 'pfam'; SAMPLES), fetching it once.
 
   Raises:
     UserError: pip cannot download the package, or it lacks the expected file.
   """
-  requirement, binary_flag, member, filename = SAMPLES[name]
-  path = os.path.join(cache_dir(), "samples", filename)
-  if os.path.exists(path):
-    return path
+  requirement, binary_flag, member, _ = SAMPLES[name]
+  local = path(name)
+  if os.path.exists(local):
+    return local
   with tempfile.TemporaryDirectory() as tmp:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", binary_flag,
            "--dest", tmp, requirement]
@@ -56,7 +62,7 @@ def fetch(name):
       last = (done.stderr.strip().splitlines() or ["no output"])[-1]
       raise UserError(f"could not download {requirement} from PyPI for the {name} sample: {last}")
     archive = os.path.join(tmp, archives[0])
-    with atomic_path(path) as out, open(out, "wb") as f:
+    with atomic_path(local) as out, open(out, "wb") as f:
       try:
         if archive.endswith(".whl"):
           with zipfile.ZipFile(archive) as z, z.open(member) as src:
@@ -66,4 +72,4 @@ def fetch(name):
             shutil.copyfileobj(t.extractfile(member), f)
       except (KeyError, AttributeError):
         raise UserError(f"{archives[0]} has no {member}") from None
-  return path
+  return local

@@ -310,6 +310,12 @@ def _parsed_blocks(files, cfg, salt, workers, inputs):
       pool.terminate()
 
 
+def check_workers(workers):
+  """Raises UserError unless `workers` (--workers) is None or >= 1."""
+  if workers is not None and workers < 1:
+    raise UserError(f"--workers must be >= 1, got {workers}")
+
+
 def prepare(cfg, out, *, workers=None, force=False, progress=True, allow_nucleotide=False):
   """Runs prepare-trembl; returns the stats dict (also written to out/stats.json).
 
@@ -327,8 +333,7 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True, allow_nucleot
       sequence, a bad families file, another run on `out`, an `out` that
       holds another dataset, or no usable record at all.
   """
-  if workers is not None and workers < 1:
-    raise UserError(f"--workers must be >= 1, got {workers}")
+  check_workers(workers)
   files = expand_inputs(cfg.inputs)
   if not allow_nucleotide:
     for path in files:
@@ -471,6 +476,8 @@ FLAGS = (TremblConfig, Command)
 def main(args):
   """`performer prepare-trembl` on parsed flags (FLAGS): prepares, then prints stats.md.
 
+  Every flag is checked before the sample is fetched.
+
   Raises:
     UserError: no input or both FASTA files and --sample, no --out, or any
       error of `prepare`.
@@ -478,12 +485,16 @@ def main(args):
   from performer.data import samples  # pylint: disable=import-outside-toplevel
   if bool(args.inputs) == args.sample:
     raise UserError("give FASTA files or folders, or --sample (not both)")
-  sample = {"inputs": (samples.fetch("protein"),),
+  sample = {"inputs": (samples.path("protein"),),
             **{k: v for k, v in SAMPLE.items() if getattr(args, k) is None}} if args.sample else {}
   cfg = flags.build(TremblConfig, args, **sample)
   out = args.out or (SAMPLE_OUT if args.sample else None)
   if out is None:
     raise UserError("--out is required (the folder to write)")
+  check_workers(args.workers)
+  if args.sample:
+    outdir.check_place(out)
+    samples.fetch("protein")
   prepare(cfg, out, workers=args.workers, force=args.force, allow_nucleotide=args.allow_nucleotide)
   with open(os.path.join(out, "stats.md")) as f:
     print(f.read().rstrip())

@@ -158,15 +158,17 @@ class SpeedConfig:
         raise UserError(f"{name} must be >= 1, got {values}")
     if self.dtype not in DTYPES:
       raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+    # A flag that cannot work is the real reason, whatever is installed: before torch's check.
+    if self.peers and not self.targets:  # targets_plan() ignores the selection
+      if not (self.layer and "performer_softmax" in self.attentions):
+        raise UserError("--peers compares attention layers: add --layer-only and keep "
+                        "performer_softmax in --attention")
+      if self.dtype != "float32":
+        raise UserError("--peers runs float32 only (performer-pytorch's CPU path)")
     if self.peers and (reason := speed_pytorch.missing()):
       raise UserError(reason)
     if self.targets:
       return  # targets_plan() ignores the selection
-    if self.peers and not (self.layer and "performer_softmax" in self.attentions):
-      raise UserError("--peers compares attention layers: add --layer-only and keep "
-                      "performer_softmax in --attention")
-    if self.peers and self.dtype != "float32":
-      raise UserError("--peers runs float32 only (performer-pytorch's CPU path)")
     if ((self.chunk_sizes, self.spans) != ((None,), (None,))
         and not any(a.startswith("performer") for a in self.attentions)):
       raise UserError("--chunk-sizes and --spans apply to the performer_* attentions; none is "

@@ -8,6 +8,7 @@ Adding a study is its module and one entry in STUDIES.
 """
 
 import dataclasses
+import difflib
 import os
 
 from performer.errors import UserError
@@ -24,12 +25,15 @@ class Plan:
   """The jobs of one budget in an order that respects needs, with their fingerprints.
 
   `slurm` holds what SLURM said of the jobs recorded as submitted there
-  ({name: scheduler.Seen}; scheduler.check), read by state.state.
+  ({name: scheduler.Seen}; scheduler.check), and `restorable` the jobs that
+  archive.restore would bring back ({name: detail}; archive.preview, for
+  --status and dry runs, which copy nothing); state.state reads both.
   """
   ctx: Context
   jobs: tuple[Job, ...]
   fingerprints: dict
   slurm: dict = dataclasses.field(default_factory=dict)
+  restorable: dict = dataclasses.field(default_factory=dict)
 
   def __getitem__(self, name):
     return next(j for j in self.jobs if j.name == name)
@@ -100,22 +104,28 @@ def build(ctx):
   return jobs
 
 
-def select(jobs, only=None):
-  """The jobs --only names (studies or jobs; None: all) and every job they need, in plan order.
+def select(jobs, only=None, *, flag="--only"):
+  """The jobs `only` names (None: every study) and every job they need, in plan order.
+
+  Args:
+    jobs: the plan's jobs (build).
+    only: names of studies or jobs (--only), or of one job (--job).
+    flag: the flag that gave `only`, named in errors; "--job" takes job
+      names alone, not studies.
 
   Raises:
-    UserError: a name that is neither a study nor a job (listing both).
+    UserError: an unknown name, naming `flag` and the closest known names.
   """
   by_name = {j.name: j for j in jobs}
+  studies = [*STUDIES, data.STUDY] if flag != "--job" else []
   wanted = set()
   for name in only or list(STUDIES):
-    if name in STUDIES or name == data.STUDY:
+    if name in studies:
       wanted |= {j.name for j in jobs if j.study == name}
     elif name in by_name:
       wanted.add(name)
     else:
-      raise UserError(f"--only: no study or job {name!r}; studies: {', '.join(STUDIES)}; jobs: "
-                      f"{', '.join(j.name for j in jobs if j.study != data.STUDY)}")
+      raise UserError(_unknown(name, flag, studies, by_name))
   todo = list(wanted)
   while todo:
     for need in by_name[todo.pop()].needs:
@@ -123,6 +133,17 @@ def select(jobs, only=None):
         wanted.add(need)
         todo.append(need)
   return [j for j in ordered(jobs) if j.name in wanted]
+
+
+def _unknown(name, flag, studies, jobs):
+  """One line for an unknown name: the closest names, not all of them (hundreds of jobs)."""
+  if not studies and name in STUDIES:
+    return f"{flag}: {name} is a study, not a job; --only {name} runs it with the jobs it needs"
+  close = difflib.get_close_matches(name, [*studies, *jobs], n=5)
+  return (f"{flag}: no {'study or job' if studies else 'job'} {name!r}; "
+          + (f"closest: {', '.join(close)}; " if close else "")
+          + (f"studies: {', '.join(STUDIES)}; " if studies else "")
+          + "`performer reproduce --status` lists every job")
 
 
 def ordered(jobs):

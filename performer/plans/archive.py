@@ -15,7 +15,8 @@ would delete the run.
 archived run whose train job has the plan's fingerprint is copied back into
 an empty run folder with its stamps, so on a fresh machine the plan counts it
 done and trains only what is left. A run restored without its checkpoint can
-be read by every figure but not evaluated again or started from.
+be read by every figure but not evaluated again or started from. `--status`
+and dry runs copy nothing: `preview` marks what a run would restore.
 """
 
 import dataclasses
@@ -160,28 +161,54 @@ def _swap_in(tmp, dest):
   shutil.rmtree(old, ignore_errors=True)  # the new archive is in place whatever is left here
 
 
-def restore(plan, say=print):
-  """Copies archived runs of `plan` back into their empty run folders, with their stamps.
+def restorable(plan):
+  """What `restore` would bring back, reading only: [(train job, archive job, folder, stamps)].
 
   The plan's archive job of train job T is named T_archive and its first
-  output is <archive>/config.json. T is restored when its run folder has no
-  config.json and the archived stamp of T carries the plan's fingerprint of
-  T; the stamps of its other archived jobs (the eval) come back when their
-  fingerprints match too, and the archive job is marked done. Returns the
-  names of the restored runs.
+  output is <archive>/config.json. T is restorable when its run folder has
+  no config.json and the archived stamp of T carries the plan's fingerprint
+  of T; `stamps` holds the archived stamps whose fingerprints match the
+  plan's ({job name: stamp}: T's, its eval's).
   """
-  from performer.plans import state  # pylint: disable=import-outside-toplevel
-  restored = []
+  out = []
   for archive_job in plan.jobs:
-    name = archive_job.name[:-len("_archive")]
+    name = archive_job.name.removesuffix("_archive")
     if archive_job.kind != "archive" or name not in plan.fingerprints:
       continue
     job, source = plan[name], os.path.dirname(archive_job.outputs[0])
     if not os.path.isdir(source) or os.path.exists(os.path.join(job.workdir, "config.json")):
       continue
     stamps = _stamps(source)
-    if stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints.get(job.name):
+    if stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints[job.name]:
       continue
+    matching = {n: s for n, s in stamps.items()
+                if n in plan.fingerprints and s.get("fingerprint") == plan.fingerprints[n]}
+    out.append((job, archive_job, source, matching))
+  return out
+
+
+def preview(plan):
+  """The plan with the jobs `restore` would bring back in Plan.restorable; nothing is copied.
+
+  --status and dry runs show the plan as a run would find it after
+  restoring, without writing to the runs folder.
+  """
+  marks = {}
+  for _, archive_job, source, stamps in restorable(plan):
+    for name in (*stamps, archive_job.name):
+      marks[name] = f"archived in {source}; a run copies it back first"
+  return dataclasses.replace(plan, restorable=marks)
+
+
+def restore(plan, say=print):
+  """Copies the `restorable` runs of `plan` back into their run folders, with their stamps.
+
+  The matching stamps (the train's, its eval's) come back and the archive
+  job is marked done. Returns the names of the restored runs.
+  """
+  from performer.plans import state  # pylint: disable=import-outside-toplevel
+  restored = []
+  for job, archive_job, source, stamps in restorable(plan):
     writable_folder(plan.ctx.runs)  # a clear error, not a traceback, for a bad --runs
     os.makedirs(job.workdir, exist_ok=True)
     for f in os.listdir(source):
@@ -191,10 +218,9 @@ def restore(plan, say=print):
       elif f != STAMPS:
         shutil.copy2(path, os.path.join(job.workdir, f))
     for name, stamp in stamps.items():
-      if name in plan.fingerprints and stamp.get("fingerprint") == plan.fingerprints[name]:
-        state.write(plan.ctx.runs, name, **{k: v for k, v in stamp.items()
-                                            if k not in ("time", "host", "pid")},
-                    detail=f"restored from {source}")
+      state.write(plan.ctx.runs, name, **{k: v for k, v in stamp.items()
+                                          if k not in ("time", "host", "pid")},
+                  detail=f"restored from {source}")
     state.write(plan.ctx.runs, archive_job.name, state="done", detail="restored",
                 fingerprint=plan.fingerprints[archive_job.name])
     restored.append(job.name)

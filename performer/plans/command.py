@@ -42,9 +42,11 @@ class Flags:
                        choices=LAUNCHERS)
   jobs: int | None = flag(None, "local: jobs at a time, each pinned to its share of the cores",
                           shown="2 for tiny and mini, 1 for paper")
-  status: bool = flag(False, "show each job's state (done, running, submitted with SLURM's own "
-                             "state, failed with its log's last lines, pending) and stop")
-  dry_run: bool = flag(False, "show what would run (slurm: the sbatch commands) and stop")
+  status: bool = flag(False, "show each job's state (done, restorable from its archive, running, "
+                             "submitted with SLURM's own state, failed with its log's last lines, "
+                             "pending) and stop; changes nothing")
+  dry_run: bool = flag(False, "show what would run (slurm: the sbatch commands) and stop; changes "
+                              "nothing")
   runs: str | None = flag(None, "folder of run workdirs, logs and the plan's state",
                           shown="runs/reproduce/BUDGET")
   results: str | None = flag(None, "tables, figures and probe results",
@@ -73,12 +75,11 @@ def main(args):
   """Runs `performer reproduce` with parsed flags (cli.py); returns the exit status.
 
   Raises:
-    UserError: bad flags, an invalid job configuration (naming the job), an
-      input that is missing, or folders that cannot be written; all before
-      any work starts.
+    UserError: bad or conflicting flags, an unknown study or job, an invalid
+      job configuration (naming the job), an input that is missing, or
+      folders that cannot be written; all before any work starts.
   """
-  if args.jobs is not None and args.jobs < 1:
-    raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
+  _check_flags(args)
   kinds = slurm.resources(args.sbatch)
   ctx = plans.context(args.budget, runs=args.runs, results=args.results, data=args.data,
                       steps=args.steps, bindings=args.gin_param,
@@ -88,8 +89,11 @@ def main(args):
     raise UserError("--only needs a value: studies or jobs, comma-separated")
   say = lambda text: print(f"[reproduce {ctx.budget.name} {time.strftime('%H:%M:%S')}] {text}",
                            flush=True)
-  plan = plans.resolve(ctx, plans.select(plans.build(ctx), only or None))
-  if not args.dry_run and args.launcher != "print":
+  flag = "--job" if args.job else "--only"
+  plan = plans.resolve(ctx, plans.select(plans.build(ctx), only or None, flag=flag))
+  if args.status or args.dry_run:
+    plan = archive.preview(plan)  # what a run would restore, copied nowhere
+  elif args.launcher != "print":
     archive.restore(plan, say=say)
   if args.status:
     print("\n".join(state.table(scheduler.check(plan))))
@@ -122,6 +126,28 @@ def main(args):
     plan = grown
 
 
+def _check_flags(args):
+  """Refuses flags that the others make meaningless: one line, before any work."""
+  if args.jobs is not None and args.jobs < 1:
+    raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
+  if args.status and args.dry_run:
+    raise UserError("--status and --dry-run: give one (both show and stop)")
+  if args.sbatch and args.launcher != "slurm":
+    raise UserError(f"--sbatch applies to --launcher slurm, not {args.launcher}")
+  if args.jobs is not None and args.launcher != "local":
+    raise UserError(f"--jobs applies to --launcher local, not {args.launcher}")
+  if args.dry_run and args.launcher == "print":
+    raise UserError("--launcher print runs nothing already: drop --dry-run")
+  if args.job:  # what each SLURM job runs: the plan's flags and --job alone
+    extra = [name for name, given in (("--only", args.only is not None),
+                                      ("--dry-run", args.dry_run),
+                                      ("--jobs", args.jobs is not None),
+                                      (f"--launcher {args.launcher}", args.launcher != "local"))
+             if given]
+    if extra:
+      raise UserError(f"--job runs one job here, in the foreground: drop {', '.join(extra)}")
+
+
 def commands(plan):
   """The shell command of each unfinished job, in an order that respects needs."""
   lines = [f"# {len(plan.jobs)} jobs of the {plan.ctx.budget.name} plan; finished ones are left out"]
@@ -132,7 +158,7 @@ def commands(plan):
     if not job.command:
       lines.append(f"# {job.name}: {detail or 'prepared elsewhere'}")
       continue
-    lines.append(" ".join(shlex.quote(w) for w in job.command))
+    lines.append(" ".join(shlex.quote(w) for w in local.argv(job)))  # this interpreter's performer
   return lines
 
 

@@ -16,7 +16,9 @@ import time
 
 from performer.atomic import atomic_path
 
-FINISHED = ("done", "diverged", "skipped")  # a job in one of these is not run again
+# A job in one of these is not run again; restorable: a run would restore it from its
+# archive first (archive.preview, for --status and dry runs).
+FINISHED = ("done", "diverged", "skipped", "restorable")
 ELSEWHERE = ("running", "submitted")  # nor one that another launcher runs or has queued
 
 
@@ -55,8 +57,8 @@ def slurm_log(runs, name, slurm_id):
 
 
 def state(plan, job):
-  """(state, detail) of a job: done, diverged, skipped, running, submitted, failed, interrupted,
-  pending, or missing (an input prepared elsewhere that is not there).
+  """(state, detail) of a job: done, diverged, skipped, restorable, running, submitted, failed,
+  interrupted, pending, or missing (an input prepared elsewhere that is not there).
 
   A running stamp whose processes are gone (a launcher killed before it
   could record the end) is interrupted. A stamp of a SLURM job is read
@@ -65,6 +67,8 @@ def state(plan, job):
   outputs = all(os.path.exists(p) for p in job.outputs)
   if not job.command:
     return ("done", "") if outputs else ("missing", "prepare it first: " + ", ".join(job.outputs))
+  if job.name in plan.restorable:  # restore would replace its stamp
+    return "restorable", plan.restorable[job.name]
   stamp = read(plan.ctx.runs, job.name) or {}
   kind = stamp.get("state")
   slurm = plan.slurm.get(job.name)

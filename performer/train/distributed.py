@@ -11,6 +11,7 @@ import sys
 import threading
 
 import jax
+import tqdm
 
 from performer.errors import UserError
 from performer.flags import flag
@@ -101,3 +102,14 @@ def say(message, *, file=None):
   if jax.process_count() > 1:
     message = f"[process {jax.process_index()}/{jax.process_count()}] {message}"
   print(message, file=file or sys.stdout, flush=True)
+
+
+def progress(desc, total, *, initial=0, unit="it", enabled=True):
+  """A tqdm bar on stderr, shown by process 0 alone (`enabled` False: none).
+
+  Stderr that is not a terminal (a log file) gets a line every 30 s rather
+  than every 0.1 s.
+  """
+  every = {} if sys.stderr.isatty() else dict(mininterval=30, maxinterval=30)
+  return tqdm.tqdm(desc=desc, total=total, initial=initial, unit=unit,
+                   disable=not enabled or jax.process_index() > 0, **every)

@@ -27,7 +27,7 @@ from jax.experimental import multihost_utils
 from performer.atomic import atomic_path
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.train import metrics, resume, sharding, steps
+from performer.train import distributed, metrics, resume, sharding, steps
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.config import Config
@@ -47,18 +47,32 @@ _eval_step = nnx.jit(steps.eval_step, static_argnames=("vocab", "causal", "mlm")
 # positions make the accuracy's sampling error several times that of (U) (0.11 against
 # 0.03 point on the mini runs). `performer eval` scores MASK_DRAWS independent draws of the
 # masks and sums them (4 draws: 4x the scored positions, a quarter of the mask variance, at
-# 4x the eval cost); training's validation keeps one draw.
+# 4x the eval cost); training's validation keeps one draw. By MAX_MASK_DRAWS draws each
+# position has been masked about 5 times (15% a draw) and the mask variance is a 32nd of one
+# draw's, far below the sampling error over the split's examples, which more draws leave as it
+# is: beyond it they only multiply the cost.
 MASK_DRAWS = 4
+MAX_MASK_DRAWS = 32
+
+
+def check_mask_draws(mask_draws):
+  """Raises UserError unless 1 <= mask_draws <= MAX_MASK_DRAWS."""
+  if mask_draws < 1:
+    raise UserError(f"--mask-draws must be >= 1, got {mask_draws}")
+  if mask_draws > MAX_MASK_DRAWS:
+    raise UserError(f"--mask-draws must be at most {MAX_MASK_DRAWS} (more draws only multiply "
+                    f"the cost; train/evaluate.py says why), got {mask_draws}")
 
 
 def evaluate(model, batches, *, seed, vocab, causal, mlm, mesh, multiplier=None, max_batches=0,
-             per_example=False, mask_draws=1):
+             per_example=False, mask_draws=1, progress=None):
   """Metrics of `model` over `batches.eval_batches()` (dropout off, no redraw).
 
   Every process runs every batch (`eval_batches` gives each the same number),
   and the sums are fetched once, at the end. A (B) model is scored on
   `mask_draws` independent draws of its masks, summed (draw 0 is the usual
-  one); a (U) model has no masks and is scored once.
+  one); a (U) model has no masks and is scored once. `progress`, if given,
+  labels a progress bar over the batches (distributed.progress).
 
   Returns:
     the metrics dict (metrics.summarize); with per_example, (metrics, {ids,
@@ -68,16 +82,18 @@ def evaluate(model, batches, *, seed, vocab, causal, mlm, mesh, multiplier=None,
   model.eval()
   sums, each = [], []
   draws = 1 if causal else mask_draws
-  for draw in range(draws):
-    key = steps.eval_key(seed, draw)
-    for i, batch in enumerate(batches.eval_batches()):
-      if max_batches and i >= max_batches:
-        break
-      total, examples = _eval_step(model, sharding.global_batch(batch, mesh), key, vocab=vocab,
-                                   causal=causal, mlm=mlm)
-      sums.append(total)
-      if per_example:
-        each.append(examples)
+  count = min(batches.eval_batch_count(), max_batches or math.inf)
+  with distributed.progress(progress, draws * count, unit="batch",
+                            enabled=progress is not None) as bar:
+    for draw in range(draws):
+      key = steps.eval_key(seed, draw)
+      for batch in itertools.islice(batches.eval_batches(), max_batches or None):
+        total, examples = _eval_step(model, sharding.global_batch(batch, mesh), key, vocab=vocab,
+                                     causal=causal, mlm=mlm)
+        sums.append(total)
+        if per_example:
+          each.append(examples)
+        bar.update()
   model.train()
   result = metrics.summarize(metrics.total(jax.device_get(sums)), multiplier)
   if not per_example:
@@ -164,8 +180,7 @@ def run(workdir, split, *, mask_draws=MASK_DRAWS):
 
 def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
   """`run` for several splits at once (one restore, one compile); returns their results in order."""
-  if mask_draws < 1:
-    raise UserError(f"--mask-draws must be >= 1, got {mask_draws}")
+  check_mask_draws(mask_draws)
   cfg = Config.load(workdir)
   resume.check_dataset(workdir, cfg.data.path)
   model, optimizer = state_lib.build(cfg)
@@ -185,7 +200,8 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
     multiplier = pipeline.multiplier(cfg.data, split)  # PG-19: adds word-level perplexity
     result, each = evaluate(model, batches, seed=cfg.train.seed, vocab=cfg.vocab,
                             causal=cfg.model.causal, mlm=cfg.data.mlm, mesh=mesh,
-                            multiplier=multiplier, per_example=True, mask_draws=mask_draws)
+                            multiplier=multiplier, per_example=True, mask_draws=mask_draws,
+                            progress=f"eval {split}")
     result.update(step=step, split=split, sequences_file=f"eval_{split}_sequences.npz",
                   mask_draws=1 if cfg.model.causal else mask_draws)
     if not math.isfinite(result["loss"]):  # tables show it as diverged, not refuse every run

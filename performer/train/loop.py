@@ -22,13 +22,12 @@ import sys
 import time
 
 import jax
-import tqdm
 from flax import nnx
 
 from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
-from performer.train import divergence, metrics, preemption, resume, sharding
+from performer.train import distributed, divergence, metrics, preemption, resume, sharding
 from performer.train import evaluate as evaluation
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
@@ -114,10 +113,7 @@ def run(cfg, workdir, *, progress=True, records=None):
 
     # --- The loop: no host sync per step; sums and checks every log_every -------
     # A log file gets a line at each log step (and every 30 s), not every 0.1 s.
-    interactive = sys.stderr.isatty()
-    every = {} if interactive else dict(mininterval=30, maxinterval=30)
-    bar = tqdm.tqdm(initial=start, total=train.steps, desc="train",
-                    disable=not progress or jax.process_index() > 0, **every)
+    bar = distributed.progress("train", train.steps, initial=start, enabled=progress)
     with contextlib.closing(writer), contextlib.closing(bar), \
          preemption.ctrl_c_stops_after_the_step() as stop:
       for step, batch in zip(range(start, train.steps), itertools.chain([first], batches)):

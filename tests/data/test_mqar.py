@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from performer import cli
+from performer import cli, memory
 from performer.data import mqar, pipeline
 from performer.errors import UserError
 
@@ -119,3 +119,19 @@ def test_bad_input_gets_one_line_errors(folder, tmp_path, capsys):
     assert json.load(f)["chance_accuracy"] == 1 / 4096
   assert cli.main(["prepare-mqar", "--out", out, "--seq-len", "48"]) == 2  # another task there
   assert "already holds a different dataset" in capsys.readouterr().err
+
+
+def test_a_task_too_long_for_int32_or_for_memory_is_refused_before_any_array(tmp_path, capsys,
+                                                                              monkeypatch):
+  out = tmp_path / "t"
+  assert cli.main(["prepare-mqar", "--out", str(out), "--seq-len", "100000000000"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--seq-len must be at most 2147483647" in err, err
+  # 1 MiB of memory: L = 10^6 needs about 15 MiB. raising=False: the old code had no such
+  # function and, ignoring memory, numpy stopped with a MemoryError traceback.
+  monkeypatch.setattr(memory, "host_available_bytes", lambda: 2**20, raising=False)
+  assert cli.main(["prepare-mqar", "--out", str(out), "--seq-len", "1000000"]) == 2
+  err = capsys.readouterr().err
+  assert err == ("performer prepare-mqar: error: --seq-len 1000000: generating an example needs "
+                 "about 15.3 MiB, more than the 1.0 MiB of memory available\n")
+  assert not out.exists()

@@ -1,4 +1,5 @@
-"""prepare-trembl / prepare-pg19 as a user runs them: flag errors, the quick start's re-runs."""
+"""prepare-trembl / prepare-pg19 (and label-pfam) as a user runs them: flag errors, the quick
+start's re-runs."""
 
 import os
 import shutil
@@ -30,6 +31,31 @@ def test_zero_and_out_of_range_numbers_are_one_line_errors(args, message, tmp_pa
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and message in err, err
   assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("prepare-pg19", "--sample", "--vocab-size", "0"), "--vocab-size must be in [8, 65535]"),
+    (("prepare-pg19", "--sample", "--train-bytes", "0"), "--train-bytes and --shard-tokens"),
+    (("prepare-pg19", "--sample", "--out", "{file}"), "exists and is a file, not a folder"),
+    (("prepare-trembl", "--sample", "--workers", "0"), "--workers must be >= 1"),
+    (("prepare-trembl", "--sample", "--concat-len", "1"), "--concat-len must be >= 2"),
+    (("prepare-trembl", "--sample", "--out", "{file}"), "exists and is a file, not a folder"),
+    (("label-pfam", "x.fa", "--gecco", "--sample", "0"), "--sample must be >= 1"),
+    (("label-pfam", "x.fa", "--gecco", "--out", "{file}/l.tsv"), "{file} is a file, not a folder"),
+])
+def test_flags_are_checked_before_the_sample_is_fetched(args, message, tmp_path, monkeypatch,
+                                                         capsys):
+  def fetch(name):
+    raise AssertionError(f"fetched the {name} sample before checking the flags")
+  monkeypatch.setattr(samples, "fetch", fetch)
+  monkeypatch.setenv("PERFORMER_CACHE", str(tmp_path / "cache"))  # nothing fetched before
+  (tmp_path / "file").write_text("")
+  args = [a.format(file=tmp_path / "file") for a in args]
+  out = [] if "--out" in args else ["--out", str(tmp_path / "out")]
+  assert cli.main([*args, *out]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and message.format(file=tmp_path / "file") in err, err
+  assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
 def test_quick_start_reruns_when_the_cache_moves_or_the_sample_is_touched(tmp_path, monkeypatch,

@@ -337,6 +337,11 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     (("--attention", "performer_softmax", "--direction", "bidirectional", "--spans", "64"),
      "--spans applies to causal attention: add --direction causal"),
     (("--attention", "performer_softmax", "--spans", "0"), "spans must be >= 1"),
+    # What --peers lacks is named before whether torch is installed (it is not in CI):
+    (("--peers",), "--peers compares attention layers: add --layer-only"),
+    (("--peers", "--layer-only", "--attention", "exact"), "keep performer_softmax in --attention"),
+    (("--peers", "--layer-only", "--attention", "performer_softmax", "--dtype", "bfloat16"),
+     "--peers runs float32 only"),
 ])
 def test_bad_flags_are_one_line_errors(args, message, tmp_path):
   # --seq-lens 16 --config small: anything that got past the checks would finish fast.

@@ -159,3 +159,32 @@ def test_restore_brings_back_runs_whose_fingerprint_matches_and_the_plan_counts_
   assert not (tmp_path / "new" / "b_identity").exists()
   # a run folder already there is left as it is
   assert archive.restore(plan, say=said.append) == []
+
+
+def test_status_and_dry_runs_show_what_a_run_would_restore_and_copy_nothing(tmp_path, capsys):
+  results = str(tmp_path / "results")
+  ctx = plans.context("mini", runs=str(tmp_path / "old"), results=results)
+  plan = plans.resolve(ctx, plans.select(plans.build(ctx), ["u_identity_archive"]))
+  _run_folder(tmp_path / "old" / "u_identity")
+  for job in ("u_identity", "u_identity_eval"):
+    state.write(ctx.runs, job, state="done", fingerprint=plan.fingerprints[job])
+  archive.save(os.path.join(ctx.runs, "u_identity"), os.path.join(results, "runs", "u_identity"),
+               jobs=("u_identity", "u_identity_eval"))
+  fresh = tmp_path / "new"  # a fresh machine's runs folder: a run would restore u_identity
+  plan_flags = ["--only", "u_identity_archive", "--runs", str(fresh), "--results", results]
+  # --status added to a run's command line: its launcher's flags are fine
+  assert cli.main(["reproduce", "--status", "--jobs", "2", *plan_flags]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  states = {line.split()[0]: line.split()[1] for line in lines[1:-1]}
+  for job in ("u_identity", "u_identity_eval", "u_identity_archive"):
+    assert states[job] == "restorable", lines
+  assert states["proteins"] == "pending" and "3 restorable" in lines[-1]
+  assert "archived in " + os.path.join(results, "runs", "u_identity") in "\n".join(lines)
+  # dry runs show what a run would do once it has restored: the data jobs alone
+  assert cli.main(["reproduce", "--dry-run", *plan_flags]) == 0
+  local_lines = capsys.readouterr().out.splitlines()
+  assert cli.main(["reproduce", "--dry-run", "--launcher", "slurm", *plan_flags]) == 0
+  slurm_lines = capsys.readouterr().out.splitlines()
+  assert local_lines[1:] and not [line for line in local_lines if "u_identity" in line]
+  assert [line.split()[-1] for line in slurm_lines] == ["swissprot", "pfam_labels", "proteins"]
+  assert not fresh.exists()  # nothing restored, no folder made

@@ -235,6 +235,17 @@ def test_print_lists_each_unfinished_job_after_what_it_needs(tmp_path, capsys):
   assert f"TrainConfig.init_from='{tmp_path}/u_exact'" in shlex.split(lines[5])  # shell-quoted
 
 
+def test_print_names_this_interpreter_s_performer_not_whichever_is_on_path(tmp_path, capsys):
+  assert cli.main(["reproduce", "--launcher", "print", "--only", "fig5_u_trig",
+                   "--runs", str(tmp_path), "--results", str(tmp_path / "results")]) == 0
+  commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()[1:]]
+  prefix = local.executable()  # the venv's performer script, else python -m performer.cli
+  assert os.path.isabs(prefix[0]) and not any(c[0] == "performer" for c in commands)
+  assert [c[len(prefix)] for c in commands if c[:len(prefix)] == prefix] == [
+      "label-pfam", "prepare-trembl", "train", "train"]
+  assert subprocess.run([*prefix, "--version"], capture_output=True, check=False).returncode == 0
+
+
 FAKE_SBATCH = textwrap.dedent("""\
     #!/usr/bin/env python3
     import json, os, sys
@@ -338,6 +349,7 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
   for args, message in [
       (["--budget", "huge"], "--budget must be one of tiny, mini, paper"),
       (["--only", "fig99"], "--only: no study or job 'fig99'"),
+      (["--job", "nope"], "--job: no job 'nope'; `performer reproduce --status` lists every job\n"),
       (["--only", ""], "--only needs a value"),
       (["--jobs", "0"], "--jobs must be a positive integer"),
       (["--gin_param", "ModelConfig.nonsense=1", "--only", "u_exact"], "job u_exact: gin: "),
@@ -348,6 +360,29 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
         [] if "--runs" in args else ["--runs", str(tmp_path / "r")]))
     err = capsys.readouterr().err
     assert status == 2 and err.startswith(f"performer reproduce: error: {message}"), (args, err)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sbatch", "train=--time=1:00:00"], "--sbatch applies to --launcher slurm, not local"),
+    (["--sbatch", "gpu=8", "--launcher", "print"], "--sbatch applies to --launcher slurm, not print"),
+    (["--status", "--dry-run"], "--status and --dry-run: give one (both show and stop)"),
+    (["--jobs", "2", "--launcher", "slurm"], "--jobs applies to --launcher local, not slurm"),
+    (["--dry-run", "--launcher", "print"], "--launcher print runs nothing already: drop --dry-run"),
+    (["--job", "u_exact", "--only", "fig6"], "--job runs one job here, in the foreground: drop --only"),
+    (["--job", "u_exact", "--dry-run", "--jobs", "2"],
+     "--job runs one job here, in the foreground: drop --dry-run, --jobs"),
+    (["--job", "u_exact", "--launcher", "print"],
+     "--job runs one job here, in the foreground: drop --launcher print"),
+])
+def test_flags_that_the_others_make_meaningless_are_refused(args, message, tmp_path, monkeypatch,
+                                                            capsys):
+  from performer.plans import slurm  # pylint: disable=import-outside-toplevel
+  for module, name in ((local, "run"), (local, "run_one"), (slurm, "submit")):
+    monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("ran with a flag ignored"))
+  assert cli.main(["reproduce", *args, "--runs", str(tmp_path / "runs"),
+                   "--results", str(tmp_path / "results")]) == 2
+  assert capsys.readouterr().err == f"performer reproduce: error: {message}\n"
+  assert not os.listdir(tmp_path)
 
 
 def test_the_local_launcher_goes_on_when_a_fig6_decision_adds_jobs(tmp_path, monkeypatch):

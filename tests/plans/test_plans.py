@@ -118,9 +118,20 @@ def test_select_pulls_in_what_the_chosen_jobs_need(mini):
   assert "u_reformer" not in fig15 and "pg19" not in fig15
 
 
-def test_select_refuses_an_unknown_name_listing_studies_and_jobs(mini):
-  with pytest.raises(UserError, match="no study or job 'fig99'; studies: fig6, fig5, fig7, fig15"):
-    plans.select(plans.build(mini), ["fig6", "fig99"])
+def test_an_unknown_name_is_a_short_line_naming_its_flag_and_the_closest_names(mini):
+  jobs = plans.build(mini)  # hundreds of jobs: a handful are named, --status lists them all
+  with pytest.raises(UserError) as refused:
+    plans.select(jobs, ["fig6", "u_exat"])
+  message = str(refused.value)
+  assert message.startswith("--only: no study or job 'u_exat'; closest: u_exact, "), message
+  assert "; studies: fig6, fig5, fig7, fig15, fig16, probes, recall; " in message
+  assert message.endswith("; `performer reproduce --status` lists every job")
+  assert len(message) < 250
+  with pytest.raises(UserError, match="^--job: no job 'nope'; `performer reproduce --status` "
+                                      "lists every job$"):
+    plans.select(jobs, ["nope"], flag="--job")
+  with pytest.raises(UserError, match="^--job: fig6 is a study, not a job; --only fig6 runs it"):
+    plans.select(jobs, ["fig6"], flag="--job")  # --job takes one job, not a study
 
 
 def test_fingerprints_follow_the_resolved_config_not_the_spelling(mini):

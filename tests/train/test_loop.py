@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from performer import configurables, memory
+from performer import cli, configurables, memory
 from performer.data import masking, pg19, pipeline, samples
 from performer.errors import UserError
 from performer.figures import runs
@@ -359,6 +359,22 @@ def test_progress_bar_in_a_log_file_draws_at_each_log_step_only(data, tmp_path, 
   err = capfd.readouterr().err  # not a terminal: start, each log step (a killed run shows
   draws = [d for d in err.split("\r") if "train:" in d]  # where it was), the end
   assert [d.split("|")[2].split()[0] for d in draws] == ["0/12", "4/12", "8/12", "12/12", "12/12"]
+
+
+def test_eval_draws_a_progress_bar_over_its_batches_and_bounds_mask_draws(data, tmp_path, capfd):
+  _train(data, tmp_path, "TrainConfig.steps = 1")
+  capfd.readouterr()
+  evaluate.run(str(tmp_path), "test")
+  batches = pipeline.batches(Config.load(str(tmp_path)).data, "test", causal=True)
+  count = sum(1 for _ in batches.eval_batches())
+  draws = [d for d in capfd.readouterr().err.split("\r") if "eval test:" in d]
+  assert draws and draws[-1].split("|")[2].split()[0] == f"{count}/{count}", draws
+  assert batches.eval_batch_count() == count
+  assert cli.main(["eval", "--workdir", str(tmp_path), "--mask-draws",
+                   str(evaluate.MAX_MASK_DRAWS + 1)]) == 2
+  assert capfd.readouterr().err == (
+      f"performer eval: error: --mask-draws must be at most {evaluate.MAX_MASK_DRAWS} (more draws "
+      f"only multiply the cost; train/evaluate.py says why), got {evaluate.MAX_MASK_DRAWS + 1}\n")
 
 
 def test_mlm_proportions_come_from_the_data_config(data):
