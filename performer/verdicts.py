@@ -62,7 +62,9 @@ class Claim:
     metric: e.g. "accuracy" (a fraction; differences in the same unit).
     split: "test" or "ood".
     delta: the margin, in the metric's unit: what "the same" means for
-      matches, and the smallest difference worth a claim otherwise.
+      matches. better / worse are decided on difference 0 alone (delta does
+      not enter the decision); for them delta sizes the design (the MDE
+      it is compared with, `seeds_needed`) and is shown beside the verdict.
     delta_source: where delta comes from (the paper's own gap, a fraction of
       what exact attention gains over the control, ...).
     family: the claims corrected together (Holm), e.g. "table2".

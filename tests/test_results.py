@@ -2,6 +2,8 @@
 
 import filecmp
 import glob
+import json
+import math
 import os
 import re
 
@@ -92,3 +94,39 @@ def test_the_verdicts_quoted_in_results_readme_are_those_of_the_committed_claim_
   assert len(quoted) >= 12  # Table 2's and Fig. 5's tables at least
   for row in quoted:
     assert row in written, row
+
+
+def test_results_readme_says_better_and_worse_are_decided_on_holm_adjusted_p():
+  # performer/verdicts.py decides better / worse on a Holm-adjusted p, not on the 95%
+  # interval it reports: an interval that excludes 0 can stay inconclusive.
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  assert not re.search(r"interval excluding 0 for \"better\"|decided by an interval", text)
+  assert 'each decided on its Holm-adjusted p < 0.05' in text
+
+
+def test_the_orders_of_magnitude_positive_beats_trig_by_are_those_of_approx_error_json():
+  with open(os.path.join(RESULTS, "approx_error.json")) as f:
+    rows = [r for r in json.load(f)["rows"] if r["input_scale"] == 2 and r["scaling"] != "sqrt_d"]
+  spans = {}
+  for projection in ("orthogonal", "iid"):
+    median = {(r["kernel"], r["m"]): r["mse_median"] for r in rows if r["projection"] == projection}
+    orders = [math.log10(median["trig", m] / median["positive", m])
+              for kernel, m in median if kernel == "positive"]
+    spans[projection] = f"{min(orders):.1f}-{max(orders):.1f}"
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  assert (f"trig by {spans['orthogonal']} orders of magnitude at every m in median MSE with "
+          f"orthogonal features ({spans['iid']} iid" in text)
+
+
+def test_the_performers_growth_per_doubling_is_that_of_the_regular_model_table():
+  text = open(os.path.join(RESULTS, "README.md")).read()
+  table = text[text.index("| L | exact (B) | exact_blockwise (B) | performer_softmax (B)"):]
+  lines = [l.split("|")[1:-1] for l in table.splitlines()[2:7]]
+  seconds = lambda cell: (float(cell.split()[0]) / (1000 if "ms" in cell else 1)
+                          if "s" in cell and "timeout" not in cell else None)
+  growth = []
+  for column in (3, 7):  # performer_softmax (B), (U)
+    times = [seconds(row[column]) for row in lines]
+    growth += [b / a for a, b in zip(times, times[1:]) if a and b]
+  assert len(growth) == 5
+  assert f"linear ({min(growth):.1f}-{max(growth):.1f}x per doubling)" in text

@@ -80,7 +80,8 @@ class SpeedConfig:
   """
   configs: tuple[str, ...] = flag(
       ("regular",), "regular = (heads, layers, d_ff, d) (8, 6, 2048, 512), small = (1, 6, 64, 64) "
-      "where attention dominates; comma-separated", name="--config")
+      "where attention dominates, recall = (1, 2, 0, 64) at batch 64 and m = 64 (the recall "
+      "study's step); comma-separated", name="--config")
   attentions: tuple[str, ...] = flag(
       ATTENTIONS, "comma-separated registered backends, e.g. performer_favorpp (identity is the "
       "paper's OPT bound); with "
@@ -220,8 +221,8 @@ def plan(cfg):
 
 
 def targets_plan():
-  """The measurements behind `ratios()`: regular config, m = 256, d = 64, 8 heads
-  (performer-pytorch's only where the peers extra is installed)."""
+  """The measurements behind `ratios()`: regular config, m = 256, d = 64, 8 heads, and the
+  recall config's step (performer-pytorch's only where the peers extra is installed)."""
   def one(attention, direction, mode, lengths, layer):
     return [spec("regular", attention, direction, mode, n, layer=layer) for n in lengths]
   series = [
@@ -230,6 +231,8 @@ def targets_plan():
       one(SCAN, "causal", "fwdbwd", (8192,), True),  # 1
       one("performer_softmax", "bidirectional", "fwd", (16384,), True),  # 3
   ]
+  series.append([spec("recall", attention, "causal", "fwdbwd", 64, layer=False)
+                 for attention in ("performer_softmax", "exact", "identity")])  # 2r
   for direction in DIRECTIONS:  # 2, 5
     series.append(one("identity", direction, "fwdbwd", (8192,), False))
     series.append(one("performer_softmax", direction, "fwdbwd", (512, 1024, 2048, 8192), False))
@@ -496,8 +499,7 @@ def ratios(rows, matmul):
               L=16384, **layer)
   value = None
   if fwd and matmul.get("status") == "ok":
-    heads, _, _, d_model = CONFIGS["regular"]
-    flops = 8 * 16384 * NUM_FEATURES * (d_model // heads) * heads
+    flops = 8 * 16384 * NUM_FEATURES * CONFIGS["regular"].d_model
     gflops = flops / fwd["median_ms"] / 1e6
     value = gflops / matmul["gflops"]
   add("3", "bidirectional FAVOR+ fwd GFLOP/s at L=16384 / jnp.dot float32 GFLOP/s", value,
@@ -530,6 +532,15 @@ def ratios(rows, matmul):
     add(f"5m{tag}", f"Performer model fwd+bwd peak memory / the smallest exact peak, worst L ({tag})",
         worst and worst[0], "< 1 at every L", worst is not None and worst[0] < 1,
         worst and f"worst at L={worst[1]}; against {', '.join(peers)}")
+  step = {name: _find(rows, config="recall", layer=False, attention=name, direction="causal",
+                      mode="fwdbwd", L=64) for name in ("performer_softmax", "exact", "identity")}
+  favor_step, exact_step, ident = step.values()
+  value = favor_step and ident and favor_step["median_ms"] / ident["median_ms"]
+  add("2r", "recall study's step (U), L=64: FAVOR+ m=64 / identity-attention model fwd+bwd", value,
+      "<= 1.5", value is not None and value <= 1.5,
+      favor_step and ident and (f"{favor_step['median_ms']:.1f} ms / {ident['median_ms']:.1f} ms; "
+                                + (f"exact {exact_step['median_ms']:.1f} ms" if exact_step
+                                   else "exact not measured")))
   paired = {(p["direction"], p["mode"], p["L"]): p for p in peer_ratios(rows)
             if p["config"] == "regular"}
   for direction, tag, target in (("bidirectional", "B", 3.0), ("causal", "U", 30.0)):

@@ -40,6 +40,7 @@ import resource
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,12 +48,26 @@ import jax.numpy as jnp
 from performer.experiments import speed_pytorch
 from performer.memory import available_bytes, format_bytes, planned_bytes
 
-# Model configurations: (num_heads, num_layers, d_ff, d_model). Regular is Fig. 3's;
-# Small is App. E's "Small", where attention dominates the cost.
-CONFIGS = {"regular": (8, 6, 2048, 512), "small": (1, 6, 64, 64)}
+
+
+class Shape(NamedTuple):
+  """A timed model: its size, the batch (sequences per step) and both Performers' m."""
+  num_heads: int
+  num_layers: int
+  d_ff: int
+  d_model: int
+  batch: int = 1
+  num_features: int = 256  # m of both Performers (App. A.3, A.4)
+
+
+# Regular is Fig. 3's; small is App. E's "Small", where attention dominates the cost;
+# recall is the recall study's step (gin/recall/base.gin: Zoology's 2 attention-only layers,
+# batch 64, FAVOR+ m = 64), timed at L = 64 with logits at every position.
+CONFIGS = {"regular": Shape(8, 6, 2048, 512), "small": Shape(1, 6, 64, 64),
+           "recall": Shape(1, 2, 0, 64, batch=64, num_features=64)}
 VOCAB_SIZE = 256
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
-NUM_FEATURES = 256  # m of both Performers (App. A.3, A.4)
+NUM_FEATURES = CONFIGS["regular"].num_features
 # Harness-only attention: FAVOR+ causal by a per-token lax.scan prefix sum
 # (favor.causal_linear_attention_scan), the reference path of the causal target.
 SCAN = "favor_scan"
@@ -177,15 +192,14 @@ def _model(spec):
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from performer.models.config import ModelConfig  # pylint: disable=import-outside-toplevel
   from performer.models.transformer import TransformerLM  # pylint: disable=import-outside-toplevel
-  heads, layers, d_ff, d_model = CONFIGS[spec["config"]]
-  length = spec["L"]
-  cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length, num_layers=layers, num_heads=heads,
-                    d_model=d_model, d_ff=d_ff, dropout=0.0, attention=spec["attention"],
+  shape, length = CONFIGS[spec["config"]], spec["L"]
+  cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length, num_layers=shape.num_layers,
+                    num_heads=shape.num_heads, d_model=shape.d_model, d_ff=shape.d_ff, dropout=0.0, attention=spec["attention"],
                     attention_options=_options(spec), causal=spec["direction"] == "causal",
                     dtype=spec.get("dtype", "float32"))
   model = TransformerLM(cfg, rngs=nnx.Rngs(spec.get("seed", 0)))
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-  tokens = jax.random.randint(jax.random.key(1), (1, length + 1), 0, VOCAB_SIZE)
+  tokens = jax.random.randint(jax.random.key(1), (shape.batch, length + 1), 0, VOCAB_SIZE)
 
   def logits(params, rest, tokens):
     return nnx.merge(graphdef, params, rest)(tokens[:, :-1])
@@ -201,13 +215,14 @@ def _model(spec):
 def _layer(spec):
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from performer import attention, favor  # pylint: disable=import-outside-toplevel
-  heads, _, _, d_model = CONFIGS[spec["config"]]
-  head_dim, length, causal = d_model // heads, spec["L"], spec["direction"] == "causal"
+  shape = CONFIGS[spec["config"]]
+  heads, length, causal = shape.num_heads, spec["L"], spec["direction"] == "causal"
+  head_dim = shape.d_model // heads
   keys = jax.random.split(jax.random.key(1), 3)
-  q, k, v = (jax.random.normal(key, (1, length, heads, head_dim), spec.get("dtype", "float32"))
-             for key in keys)
+  q, k, v = (jax.random.normal(key, (shape.batch, length, heads, head_dim),
+                               spec.get("dtype", "float32")) for key in keys)
   if spec["attention"] == SCAN:
-    W = favor.projection(jax.random.key(0), NUM_FEATURES, head_dim, "orthogonal", "chi")
+    W = favor.projection(jax.random.key(0), shape.num_features, head_dim, "orthogonal", "chi")
     scale = head_dim ** -0.25
     attend = lambda W, q, k, v: favor.causal_linear_attention_scan(
         favor.feature_map(q * scale, W), favor.feature_map(k * scale, W), v)
@@ -231,7 +246,7 @@ def _layer(spec):
 def _options(spec):
   if not spec["attention"].startswith("performer"):
     return {}
-  options = {"num_features": NUM_FEATURES}
+  options = {"num_features": CONFIGS[spec["config"]].num_features}
   for name in ("chunk_size", "span"):
     if spec.get(name):
       options[name] = spec[name]

@@ -26,7 +26,8 @@ All sums (K'^T V, K'^T 1, D) accumulate in float32 whatever the input dtype.
 
 Speed. Both passes read the sequence in blocks and compute features inside
 each block; the backward pass recomputes them (`jax.checkpoint`) rather than
-storing them. Bidirectional attention reads keys, then queries, in blocks of
+storing them, except for a causal sequence of one chunk, whose features
+cost no more memory than exact attention's scores. Bidirectional attention reads keys, then queries, in blocks of
 `block` tokens (>= L: two products, no loop). Causal attention cuts the
 sequence into chunks of C tokens and computes a span of chunks at once
 (causal.py); a loop carries the state from span to span (span = C: the

@@ -44,7 +44,9 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype):
   multiple of C (>= L: no loop). featurize_q, featurize_k: [B, H, T, d] ->
   `Features` of [B, H, T, M]. operand_dtype: the dtype of the products'
   operands (float32 or bfloat16). Features are recomputed in the backward
-  pass (`jax.checkpoint` per span), so only a span's features are stored.
+  pass (`jax.checkpoint` per span), so only a span's features are stored;
+  a sequence of one chunk keeps them (no more than exact attention's
+  scores) and saves the recomputation, most of a small model's FAVOR cost.
   """
   batch, length, heads, dv = v.shape
   span = min(-(-span // chunk), -(-length // chunk)) * chunk
@@ -56,15 +58,20 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype):
            jnp.zeros((batch, heads, m), jnp.float32), jnp.full((batch, heads, refs), no_key))
   xs = (blocks.blocks(q, span), blocks.blocks(k, span), blocks.blocks(v, span),
         blocks.blocks(mask[:, :, None, None], span)[..., 0, 0])  # [n, B, span, ...]
-  step = jax.checkpoint(functools.partial(_span, featurize_q, featurize_k, chunk, operand_dtype))
+  step = functools.partial(_span, featurize_q, featurize_k, chunk, operand_dtype,
+                           carried=span < length)
+  if length > chunk:
+    step = jax.checkpoint(step)
   return blocks.unblock(blocks.scan(step, state, xs)[1], length)
 
 
-def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs):
+def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried):
   """One span of n chunks, all at once: (state before, inputs) -> (state after, outputs).
 
   state: (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) against reference c;
   xs: q, k [B, T, H, d], v [B, T, H, dv], keep [B, T] with T = n C.
+  carried: False when the span is the whole sequence (the state before is
+  empty, the one after unused): a single chunk then computes neither.
   Returns the state after the span and outputs [B, T, H, dv] float32.
   """
   sg = jax.lax.stop_gradient
@@ -92,7 +99,7 @@ def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs):
          c_own)
   if n == 1:  # the sequential pass: the state before is the carried one
     s, z, c = (x[:, :, None] for x in state)
-    after = _merge(state, jax.tree.map(lambda x: x[:, :, 0], own))
+    after = _merge(state, jax.tree.map(lambda x: x[:, :, 0], own)) if carried else state
   else:
     s, z, c = jax.lax.associative_scan(_merge, jax.tree.map(
         lambda a, b: jnp.concatenate([a[:, :, None], b], axis=2), state, own),
@@ -109,10 +116,11 @@ def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs):
   to_ref = jnp.exp(c - ref)  # [B, H, n, M or 1], <= 1: the state against the reference
   causal_mask = jnp.tril(jnp.ones((chunk, chunk), bool))
   scores = low(jnp.where(causal_mask, dot("bhntm,bhnjm->bhntj", q_prime, k_prime), 0.0))
-  num = (dot("bhntj,bhnjd->bhntd", scores, low(v))
-         + dot("bhntm,bhnmd->bhntd", q_prime, low(s * to_ref[..., None])))
-  den = (jnp.sum(scores.astype(jnp.float32), axis=-1)
-         + jnp.einsum("bhntm,bhnm->bhnt", q_prime.astype(jnp.float32), z * to_ref))
+  num = dot("bhntj,bhnjd->bhntd", scores, low(v))
+  den = jnp.sum(scores.astype(jnp.float32), axis=-1)
+  if carried or n > 1:  # what the chunks before say (nothing, for the sequence's one chunk)
+    num += dot("bhntm,bhnmd->bhntd", q_prime, low(s * to_ref[..., None]))
+    den += jnp.einsum("bhntm,bhnm->bhnt", q_prime.astype(jnp.float32), z * to_ref)
   out = numerics.divide(num, den)  # [B, H, n, C, dv]
 
   if not bounded:
@@ -142,8 +150,10 @@ def _exact_chunks(needed, state, qf, kf, v):
   Arguments by chunk: needed [n] (1.0 where a chunk needs it); state
   ([n, B, H, M, dv], [n, B, H, M], [n, B, H, M or 1]) before each chunk; qf, kf `Features` of [n, B, H, C, .];
   v [n, B, H, C, dv]. A loop over chunks: it runs only when a key outgrows
-  its chunk's reference by more than `HEADROOM`.
+  its chunk's reference by more than `HEADROOM` (one chunk: the caller's cond suffices).
   """
+  if needed.shape[0] == 1:
+    return _rows_by_token(*jax.tree.map(lambda x: x[0], (state, qf, kf, v)))[None]
   return jax.lax.map(lambda xs: _if_needed(_rows_by_token, xs[0] > 0, xs[1:]),
                      (needed, state, qf, kf, v))
 

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from performer.errors import UserError
@@ -181,7 +183,11 @@ def test_ratios_from_rows_against_hand_computed_values():
   for n, perf, exact in ((512, 30, 20), (1024, 50, 60), (2048, 90, 200)):
     rows += [_row("performer_softmax", "bidirectional", "fwdbwd", n, perf, layer=False),
              _row("exact", "bidirectional", "fwdbwd", n, exact, layer=False)]
+  for attention, ms in (("performer_softmax", 36.0), ("identity", 20.0)):
+    rows.append(dict(_row(attention, "causal", "fwdbwd", 64, ms, layer=False), config="recall"))
   table = {r["id"]: r for r in speed.ratios(rows, {"status": "ok", "gflops": 400.0})}
+  assert table["2r"]["value"] == pytest.approx(1.8) and table["2r"]["met"] is False
+  assert "exact not measured" in table["2r"]["detail"]
   assert table["1a"]["value"] == pytest.approx(1.3) and table["1a"]["met"]
   assert table["1b"]["value"] == pytest.approx(4.0) and table["1b"]["met"]
   assert table["2B"]["value"] == pytest.approx(1.2) and table["2B"]["met"]
@@ -363,3 +369,15 @@ def test_nothing_is_measured_before_the_output_is_checked(monkeypatch):
 def test_sizes_are_printed_with_a_unit_that_fits():
   assert [memory.format_bytes(n) for n in (0, 512, 1024, 1536 * 2 ** 10, 20.2 * 2 ** 30)] == [
       "0 B", "512 B", "1.0 KiB", "1.5 MiB", "20.20 GiB"]
+
+
+def test_the_recall_config_times_the_recall_studys_step():
+  """Batch 64, two attention-only layers, FAVOR+ with m = 64 (gin/recall/base.gin's model)."""
+  fn, (params, rest, tokens) = speed_worker._build(
+      speed.spec("recall", "performer_softmax", "causal", "fwdbwd", 64, layer=False))
+  assert tokens.shape == (64, 65)
+  shapes = {tuple(x.shape) for x in jax.tree.leaves(rest)}
+  assert (64, 64) in shapes  # W: [m, d] with m = 64, d = 64
+  loss, grads = fn(params, rest, tokens)
+  assert jnp.isfinite(loss) and len(jax.tree.leaves(grads)) == len(jax.tree.leaves(params))
+  assert not any("mlp" in str(path) for path, _ in jax.tree_util.tree_leaves_with_path(params))

@@ -192,15 +192,31 @@ def test_causal_is_as_exact_as_bidirectional_at_large_norms(norm):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-5
 
 
-@pytest.mark.parametrize("span", [16, None])  # one chunk per step; all chunks at once
-def test_large_norm_keys_take_the_exact_path_and_stay_causal(span):
+def test_a_sequence_of_one_chunk_equals_the_sequential_pass_with_masked_keys():
+  # One chunk holds the whole sequence: no state before or after, features kept for the
+  # backward pass; masked keys (the first among them) weigh nothing, as chunk by chunk.
+  q, k, v = _qkv(6, scale=1.5)
+  W = _W()
+  mask = jnp.asarray(jax.random.bernoulli(jax.random.key(3), 0.7, (B, L))).at[:, 0].set(False)
+  attend = lambda chunk, span: lambda q, k, v: favor.favor_attention(
+      q, k, v, W, causal=True, mask=mask, chunk_size=chunk, span=span)
+  np.testing.assert_allclose(attend(64, None)(q, k, v), attend(8, 8)(q, k, v), rtol=1e-5,
+                             atol=1e-6)
+  grad = lambda f: jax.grad(lambda *x: jnp.sum(jnp.sin(f(*x))), argnums=(0, 1, 2))(q, k, v)
+  for one, sequential in zip(grad(attend(64, None)), grad(attend(8, 8))):
+    np.testing.assert_allclose(one, sequential, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk, span", [  # one chunk per step; all chunks at once; one chunk
+    (16, 16), (16, None), (64, None)])
+def test_large_norm_keys_take_the_exact_path_and_stay_causal(chunk, span):
   q, k, v = _qkv(3, scale=2.0)
   W = _W()
   big = k * 15.0  # scaled norms ~50
-  base = favor.favor_attention(q, big, v, W, causal=True, chunk_size=16, span=span)
+  base = favor.favor_attention(q, big, v, W, causal=True, chunk_size=chunk, span=span)
   # Smaller keys have far larger logs w.x - |x|^2/2: they outgrow the reference.
   k2 = big.at[:, 20:].divide(15.0)
-  got = favor.favor_attention(q, k2, v, W, causal=True, chunk_size=16, span=span)
+  got = favor.favor_attention(q, k2, v, W, causal=True, chunk_size=chunk, span=span)
   np.testing.assert_array_equal(got[:, :20], base[:, :20])  # bit for bit
   np.testing.assert_allclose(got, _log_space_reference(q, k2, v, W, True), atol=5e-5)
   state = favor.causal_decode_init(B, H, M, D)
@@ -280,18 +296,19 @@ def _naive_float64(q, k, v, W, kernel, causal):
   return jnp.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
 
 
-@pytest.mark.parametrize("kernel, causal, scale, span", [
-    ("positive", False, 1.0, None), ("positive", True, 1.0, None), ("positive", True, 1.0, 8),
-    ("trig", False, 1.0, None), ("trig", True, 1.0, None),
-    ("positive", True, 7.0, None), ("positive", True, 7.0, 8)])  # scaled norms ~12: keys
-def test_gradients_match_float64_autodiff(kernel, causal, scale, span):  # outgrow references
+@pytest.mark.parametrize("kernel, causal, scale, span, chunk", [
+    ("positive", False, 1.0, None, 8), ("positive", True, 1.0, None, 8),
+    ("positive", True, 1.0, 8, 8), ("trig", False, 1.0, None, 8), ("trig", True, 1.0, None, 8),
+    ("positive", True, 7.0, None, 8), ("positive", True, 7.0, 8, 8),  # scaled norms ~12: keys
+    ("positive", True, 1.0, None, 64), ("positive", True, 7.0, None, 64)])  # outgrow references
+def test_gradients_match_float64_autodiff(kernel, causal, scale, span, chunk):  # (64: one chunk)
   q, k, v = _qkv(8, scale=scale)
   W = _W(16)
   g = jax.random.normal(jax.random.key(10), v.shape)
 
   def loss32(q, k, v):
     return jnp.sum(g * favor.favor_attention(q, k, v, W, kernel=kernel, causal=causal,
-                                             chunk_size=8, span=span))
+                                             chunk_size=chunk, span=span))
   grads = jax.grad(loss32, argnums=(0, 1, 2))(q, k, v)
   with jax.enable_x64(True):
     as64 = [jnp.asarray(np.asarray(x), jnp.float64) for x in (q, k, v, W, g)]
