@@ -52,7 +52,8 @@ def build(spec, num_features):
     raise ValueError("the performer-pytorch comparison runs float32 only")
   torch.manual_seed(spec.get("seed", 0))
   torch.set_num_threads(len(os.sched_getaffinity(0)))
-  heads, d_model = CONFIGS[spec["config"]].num_heads, CONFIGS[spec["config"]].d_model
+  shape = CONFIGS[spec["config"]]
+  heads, d_model = shape.num_heads, shape.d_model
   layer = FastAttention(dim_heads=d_model // heads, nb_features=num_features,
                         causal=spec["direction"] == "causal")
   fwdbwd = spec["mode"] == "fwdbwd"

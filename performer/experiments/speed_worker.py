@@ -49,7 +49,6 @@ from performer.experiments import speed_pytorch
 from performer.memory import available_bytes, format_bytes, planned_bytes
 
 
-
 class Shape(NamedTuple):
   """A timed model: its size, the batch (sequences per step) and both Performers' m."""
   num_heads: int
@@ -194,7 +193,8 @@ def _model(spec):
   from performer.models.transformer import TransformerLM  # pylint: disable=import-outside-toplevel
   shape, length = CONFIGS[spec["config"]], spec["L"]
   cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length, num_layers=shape.num_layers,
-                    num_heads=shape.num_heads, d_model=shape.d_model, d_ff=shape.d_ff, dropout=0.0, attention=spec["attention"],
+                    num_heads=shape.num_heads, d_model=shape.d_model, d_ff=shape.d_ff,
+                    dropout=0.0, attention=spec["attention"],
                     attention_options=_options(spec), causal=spec["direction"] == "causal",
                     dtype=spec.get("dtype", "float32"))
   model = TransformerLM(cfg, rngs=nnx.Rngs(spec.get("seed", 0)))
