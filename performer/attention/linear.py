@@ -10,7 +10,8 @@ from performer.attention.registry import register
 class LinearAttention(nnx.Module):
   """phi(x) = elu(x) + 1 on unscaled q and k; bidirectional or causal (chunked)."""
 
-  def __init__(self, *, chunk_size=None, span=None):
+  def __init__(self, *, head_dim, chunk_size=None, span=None):
+    self.head_dim = head_dim  # of q and k: the feature count M of the decoding state
     self.chunk_size, self.span = chunk_size, span  # None: the platform's (favor.form())
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
@@ -18,7 +19,7 @@ class LinearAttention(nnx.Module):
                                  chunk_size=self.chunk_size, span=self.span, scale=1.0)
 
   def decode_init(self, batch, num_heads, dv):
-    return favor.causal_decode_init(batch, num_heads, dv, dv)
+    return favor.causal_decode_init(batch, num_heads, self.head_dim, dv)
 
   def decode_step(self, cache, q, k, v):
     return favor.causal_decode_step(cache, q, k, v, None, kernel="elu_plus_one", scale=1.0)

@@ -6,21 +6,33 @@ distinct keys drawn from [1, V/2) each followed by its value, kv distinct
 values drawn from [V/2, V): k1 v1 k2 v2 ... Then come the queries: the
 (L - 2 kv) / 2 two-token slots after the context, of which kv are drawn
 without replacement with probability proportional to a i^(a-1) for slot i
-(a = power_a, Zoology's 0.01: queries cluster near the context); the j-th
-key of the context is written at the first token of the j-th drawn slot.
-The model reads the example and, at a query, must predict its key's value
-(the next-token target there); only the kv query positions are scored.
-Everything else is filler token 0 (Zoology's default, not its random-token
-option). Here 0 is also the padding id, so filler is masked out of
-attention as keys: it carries nothing (every filler token is the same) a
-model could recall.
+(a = power_a, Zoology's 0.01: queries cluster near the context). Zoology
+writes the j-th key of the context at the first token of the j-th drawn
+slot (query_order "context"); since earlier draws tend to be earlier slots,
+a query's rank among the queries then hints at its key's rank in the
+context without any key-to-value binding. "shuffled" assigns keys to the
+drawn slots in a random order instead. The model reads the example and, at
+a query, must predict its key's value (the next-token target there); only
+the kv query positions are scored.
 
-An example is a pure function of (seed, split, index): the training stream
-of a run is example step * B + row of its data seed (DataConfig.seed, the
-run's seed unless set), so a resumed run reads what an uninterrupted one
-would; valid and test are `eval_examples` examples each of the dataset's
-own seed, the same for every model. `performer prepare-mqar` writes the
-folder (a manifest of these options) that DataConfig.path names.
+Everything else is filler: random tokens (Zoology's default,
+random_non_queries; drawn from [1, V) here, so that 0 stays padding) or
+token 0 ("zero", masked out of attention as padding: it carries nothing a
+model could recall). The splits: train, valid, test at the task's kv;
+test_shuffled (test's examples with shuffled key-to-slot order: the same
+accuracy for a model that binds keys to values, less for one that reads
+the rank cue); test_kv<n> for each n of test_kv (kv = n at the same L, as
+Zoology tests more pairs than it trains on).
+
+An example is a pure function of (seed, split, index). Training reads a pool
+of train_pool examples (Zoology: 100,000), in a new order every epoch, or
+with train_pool 0 a fresh example every time: example step * B + row of
+the run's data seed (DataConfig.seed), so a resumed run reads what an
+uninterrupted one would. valid and the test splits are `eval_examples`
+examples each of the dataset's own seed, the same for every model.
+`performer prepare-mqar` writes the folder (a manifest of these options and
+stats.json, with each test split's no-binding ceiling) that DataConfig.path
+names.
 """
 
 import dataclasses
@@ -37,14 +49,19 @@ from performer.errors import UserError
 from performer.flags import flag
 
 KIND = "mqar"
-SPLITS = ("train", "valid", "test")
-FILLER = 0
+FILLER = 0  # the padding id, and the filler of filler "zero"
+FILLERS = ("random", "zero")
+QUERY_ORDERS = ("context", "shuffled")
+# Options added after the first folders were written: what a manifest without them meant.
+LEGACY = {"filler": "zero", "query_order": "context", "train_pool": 0, "test_kv": ()}
+RULE_EXAMPLES = 20000  # examples a no-binding rule is fitted on (ceilings); its own stream
 MAX_VOCAB = 2**31 - 1  # token ids are int32
 MAX_SEQ_LEN = 2**31 - 1  # positions are int32
 # Host memory to generate one example (or stats.json), per token of L: measured 12 bytes
 # (float64 probabilities of the L/2 query slots and numpy's temporaries), plus a margin.
 BYTES_PER_TOKEN = 16
-_SPLIT_CODE = {"train": 0, "valid": 1, "test": 2}
+_SPLIT_CODE = {"train": 0, "valid": 1, "test": 2, "test_shuffled": 2}  # test_kv<n>: 3 + n
+_RULE_CODE, _FILLER_STREAM, _EPOCH_STREAM = 1000, 1, 2
 
 SUMMARY = "multi-query associative recall (Zoology's MQAR): a generated dataset's folder"
 DESCRIPTION = (
@@ -69,8 +86,18 @@ class MQARConfig:
   num_kv: int = flag(4, "kv: key-value pairs, and queries, per example")
   power_a: float = flag(0.01, "a: query slot i is drawn with probability proportional to "
                               "a i^(a-1)")
-  eval_examples: int = flag(3000, "examples in valid and in test")
+  eval_examples: int = flag(3000, "examples in valid and in each test split")
   seed: int = flag(0, "seed of the valid and test examples")
+  filler: str = flag("random", "what fills the tokens that are neither context nor query: "
+                               "'random' tokens of [1, V) (Zoology's default) or 'zero' (padding)",
+                     choices=FILLERS)
+  query_order: str = flag("context", "which key each drawn query slot gets: 'context' (the "
+                                     "j-th key at the j-th draw, Zoology's) or 'shuffled'",
+                          choices=QUERY_ORDERS)
+  train_pool: int = flag(100000, "training examples, read in a new order each epoch "
+                                 "(Zoology's 100,000); 0: a fresh example every time")
+  test_kv: tuple[int, ...] = flag((), "extra test splits test_kv<n>: kv = n at the same L, "
+                                      "comma-separated (e.g. 8,16)")
 
   def __post_init__(self):
     for name in ("vocab_size", "seq_len", "num_kv", "eval_examples"):
@@ -94,11 +121,30 @@ class MQARConfig:
       raise UserError(f"--power-a must be in (0, 1], got {self.power_a!r}")
     if self.seed < 0:
       raise UserError(f"--seed must be >= 0, got {self.seed}")
+    if self.filler not in FILLERS or self.query_order not in QUERY_ORDERS:
+      raise UserError(f"--filler must be one of {', '.join(FILLERS)} and --query-order one of "
+                      f"{', '.join(QUERY_ORDERS)}, got {self.filler!r}, {self.query_order!r}")
+    if not isinstance(self.train_pool, int) or self.train_pool < 0:
+      raise UserError(f"--train-pool must be an integer >= 0 (0: fresh examples), got "
+                      f"{self.train_pool!r}")
+    object.__setattr__(self, "test_kv", tuple(self.test_kv))  # a manifest's list
+    for n in self.test_kv:
+      if not isinstance(n, int) or n < 1:
+        raise UserError(f"--test-kv values must be integers >= 1, got {n!r}")
+      try:
+        dataclasses.replace(self, num_kv=n, test_kv=())  # the same checks at kv = n
+      except UserError as e:
+        raise UserError(f"--test-kv {n}: {e}") from None
 
   @property
   def slots(self):
     """Two-token query slots after the context: (L - 2 kv) // 2."""
     return (self.seq_len - 2 * self.num_kv) // 2
+
+  @property
+  def splits(self):
+    """Every split of the folder: train, valid, test, test_shuffled, test_kv<n>."""
+    return ("train", "valid", "test", "test_shuffled", *(f"test_kv{n}" for n in self.test_kv))
 
   @property
   def chance(self):
@@ -119,25 +165,65 @@ def slot_probabilities(slots, power_a):
   return p / p.sum()
 
 
+def split_task(task, split):
+  """(the MQARConfig that generates `split`, its stream code).
+
+  Raises:
+    UserError: a split the task does not have.
+  """
+  if split not in task.splits:
+    raise UserError(f"no {split!r} split (the task has {', '.join(task.splits)})")
+  if split == "test_shuffled":
+    return dataclasses.replace(task, query_order="shuffled"), _SPLIT_CODE[split]
+  if split.startswith("test_kv"):
+    n = int(split.removeprefix("test_kv"))
+    return dataclasses.replace(task, num_kv=n, test_kv=()), 3 + n
+  return task, _SPLIT_CODE[split]
+
+
 def example(task, seed, split, index):
   """One example: (inputs [L] int32, targets [L] int32, positions [kv] int32).
 
   targets is FILLER except at the query positions, where it is the value of
   the key there; positions lists the query positions in the order of the
-  keys in the context.
+  keys in the context. Raises UserError for a split the task lacks.
   """
-  rng = np.random.default_rng([seed, _SPLIT_CODE[split], index])
+  task, code = split_task(task, split)
+  return _example(task, [seed, code, index])
+
+
+def _example(task, stream):
+  rng = np.random.default_rng(stream)
   half, kv = task.vocab_size // 2, task.num_kv
   keys = rng.choice(half - 1, kv, replace=False) + 1
   values = rng.choice(task.vocab_size - half, kv, replace=False) + half
   slots = rng.choice(task.slots, kv, replace=False, p=slot_probabilities(task.slots, task.power_a))
+  if task.query_order == "shuffled":
+    slots = rng.permutation(slots)
   positions = (2 * kv + 2 * slots).astype(np.int32)
   inputs = np.full(task.seq_len, FILLER, np.int32)
+  if task.filler == "random":  # a stream of its own: the same fillers in either query order
+    inputs[:] = np.random.default_rng([*stream, _FILLER_STREAM]).integers(
+        1, task.vocab_size, task.seq_len)
   inputs[0:2 * kv:2], inputs[1:2 * kv:2] = keys, values
   inputs[positions] = keys
   targets = np.full(task.seq_len, FILLER, np.int32)
   targets[positions] = values
   return inputs, targets, positions
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(seed, epoch, pool):
+  return np.random.default_rng([seed, _EPOCH_STREAM, epoch]).permutation(pool)
+
+
+def train_index(task, seed, i):
+  """The train example read i-th by a run of data seed `seed`: i itself without a pool, else
+  the pool's example at position i % pool of epoch i // pool's order."""
+  if not task.train_pool:
+    return i
+  epoch, j = divmod(i, task.train_pool)
+  return int(_epoch_order(seed, epoch, task.train_pool)[j])
 
 
 def load(path):
@@ -146,7 +232,7 @@ def load(path):
     fingerprint = json.load(f)["fingerprint"]
   if fingerprint.get("kind") != KIND:
     return None
-  return MQARConfig(**{k: v for k, v in fingerprint.items() if k != "kind"})
+  return MQARConfig(**(LEGACY | {k: v for k, v in fingerprint.items() if k != "kind"}))
 
 
 class Batches(StepBatches):
@@ -170,8 +256,8 @@ class Batches(StepBatches):
     if cfg.seq_len != self.task.seq_len:
       raise UserError(f"DataConfig.seq_len {cfg.seq_len} differs from the MQAR task's L = "
                       f"{self.task.seq_len} ({cfg.path}/manifest.json)")
-    if split not in SPLITS:
-      raise UserError(f"{cfg.path}: no {split!r} split (it has {', '.join(SPLITS)})")
+    if split not in self.task.splits:
+      raise UserError(f"{cfg.path}: no {split!r} split (it has {', '.join(self.task.splits)})")
     if cfg.batch_size % process_count:
       raise UserError(f"DataConfig.batch_size {cfg.batch_size} is not divisible by the "
                       f"{process_count} processes")
@@ -181,18 +267,22 @@ class Batches(StepBatches):
     self.seed = (cfg.seed or 0) if split == "train" else self.task.seed
     self.size = None if split == "train" else self.task.eval_examples
 
-  def _stack(self, ids):
-    """Examples `ids` stacked; id -1 (eval padding) is a blank row that weighs nothing."""
-    blank = (np.zeros(self.task.seq_len, np.int32),) * 2 + (np.zeros(self.task.num_kv, np.int32),)
-    rows = [example(self.task, self.seed, self.split, i) if i >= 0 else blank for i in ids]
+  def _stack(self, ids, examples=None):
+    """Examples `ids` stacked; id -1 (eval padding) is a blank row that weighs nothing.
+    `examples`: the generator's indices, when they are not the ids (a train pool's order)."""
+    kv = split_task(self.task, self.split)[0].num_kv
+    blank = (np.zeros(self.task.seq_len, np.int32),) * 2 + (np.zeros(kv, np.int32),)
+    rows = [example(self.task, self.seed, self.split, e) if i >= 0 else blank
+            for i, e in zip(ids, ids if examples is None else examples)]
     inputs, targets, positions = (np.stack(x) for x in zip(*rows))
     return {"inputs": inputs, "targets": targets, "ids": np.asarray(ids, np.int64),
             "positions": positions}
 
   def train_batch(self, step):
-    """This process's rows of batch `step`: examples step * B + offset + [0, B / P)."""
+    """This process's rows of batch `step`: reads step * B + offset + [0, B / P) (train_index)."""
     start = step * self.cfg.batch_size + self.offset
-    return self._stack(list(range(start, start + self.rows)))
+    reads = list(range(start, start + self.rows))
+    return self._stack(reads, [train_index(self.task, self.seed, i) for i in reads])
 
   def _eval_examples(self):
     return self.size if self.size is not None else self.cfg.batch_size  # train: one batch's worth
@@ -213,14 +303,53 @@ class Batches(StepBatches):
 
 
 def stats(task):
-  """What a reader of the folder needs: chance accuracy, context and where queries fall."""
+  """What a reader of the folder needs: chance accuracy, context, where queries fall, and each
+  test split's no-binding ceilings (`ceilings`)."""
   p = slot_probabilities(task.slots, task.power_a)
   first = 2 * task.num_kv
   return {"kind": KIND, **dataclasses.asdict(task), "context_tokens": first,
           "query_slots": task.slots, "scored_per_example": task.num_kv,
           "chance_accuracy": task.chance,
           "first_slot_probability": float(p[0]),
-          "slots_holding_half_the_probability": int(np.searchsorted(np.cumsum(p), 0.5) + 1)}
+          "slots_holding_half_the_probability": int(np.searchsorted(np.cumsum(p), 0.5) + 1),
+          "no_binding_ceiling": {split: ceilings(task, split)
+                                 for split in task.splits if split.startswith("test")}}
+
+
+def _cues(task, stream_of, count):
+  """(rank, slot, truth) [count * kv] int arrays of `count` examples: each query's rank among
+  the example's queries (position order), its slot, and its key's index in the context."""
+  rows = [_example(task, stream_of(i))[2] for i in range(count)]
+  positions = np.stack(rows)  # [count, kv]: query j answers context pair j
+  rank = np.argsort(np.argsort(positions, axis=1), axis=1)
+  slot = (positions - 2 * task.num_kv) // 2
+  truth = np.broadcast_to(np.arange(task.num_kv), positions.shape)
+  return rank.ravel(), slot.ravel(), truth.ravel()
+
+
+def ceilings(task, split, *, examples=RULE_EXAMPLES):
+  """Accuracy of rules that answer a query with no key-to-value binding, on `split`'s examples.
+
+  Each rule answers with the value of the context pair that most often held the query's key,
+  given only the query's rank among the queries ("rank"), its slot ("slot") or both
+  ("rank_slot"), fitted on `examples` examples of a stream of its own; "uniform" guesses one
+  of the kv values. A model that beats the highest ("ceiling") binds keys to values.
+  """
+  variant, code = split_task(task, split)
+  kv = variant.num_kv
+  fitted = _cues(variant, lambda i: [task.seed, _RULE_CODE + code, i], examples)
+  tested = _cues(variant, lambda i: [task.seed, code, i], task.eval_examples)
+  out, sizes = {"uniform": 1.0 / kv}, (kv, variant.slots)
+  for name, keys in (("rank", (0,)), ("slot", (1,)), ("rank_slot", (0, 1))):
+    shape = [sizes[k] for k in keys]
+    cell = lambda cues, keys=keys, shape=shape: np.ravel_multi_index([cues[k] for k in keys],
+                                                                     shape)
+    counts = np.zeros((int(np.prod(shape)), kv))
+    np.add.at(counts, (cell(fitted), fitted[2]), 1)
+    guess = counts.argmax(axis=1)  # an unseen cell guesses pair 0, as a rule would have to
+    out[name] = float(np.mean(guess[cell(tested)] == tested[2]))
+  out["ceiling"] = max(out.values())
+  return out
 
 
 def check_memory(task):
@@ -252,7 +381,7 @@ def prepare(task, out, *, force=False):
     tmp = outdir.begin(out)
     try:
       manifest = {"format": "performer-generated-v1", "product": f"performer {__version__}",
-                  "fingerprint": fingerprint, "splits": list(SPLITS)}
+                  "fingerprint": fingerprint, "splits": list(task.splits)}
       for name, obj in (("stats.json", stats(task)), ("manifest.json", manifest)):
         with open(os.path.join(tmp, name), "w") as f:
           json.dump(obj, f, indent=1, sort_keys=True)
@@ -280,5 +409,11 @@ def main(args):
   task = flags.build(MQARConfig, args)
   result = prepare(task, args.out, force=args.force)
   print(f"{args.out}: MQAR, V {task.vocab_size}, L {task.seq_len}, kv {task.num_kv}, "
-        f"a {task.power_a}; {task.eval_examples} valid and test examples (seed {task.seed}); "
-        f"chance accuracy {result['chance_accuracy']:.2e}")
+        f"a {task.power_a}, {task.filler} fillers, {task.query_order} query order, train pool "
+        f"{task.train_pool or 'none (fresh examples)'}; {task.eval_examples} examples in valid "
+        f"and each test split (seed {task.seed}); chance accuracy "
+        f"{result['chance_accuracy']:.2e}")
+  for split, rules in result["no_binding_ceiling"].items():
+    print(f"  {split}: no-binding ceiling {100 * rules['ceiling']:.2f}% (uniform "
+          f"{100 * rules['uniform']:.2f}%, rank cue {100 * rules['rank']:.2f}%, slot "
+          f"{100 * rules['slot']:.2f}%)")

@@ -175,7 +175,7 @@ def layer_matrices(model, tokens, mask, layers):
     result["favor"] = []
   for l in layers:
     block = model.blocks[l]
-    q, k, v = block.heads(states[l])
+    q, k, v = block.heads(block.attention_input(states[l]))
     result["exact"].append(favor.softmax_matrix(q, k, mask=mask, causal=causal))
     if performer:
       att = block.attn

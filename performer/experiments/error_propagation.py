@@ -215,9 +215,9 @@ def _forward(model, inputs, mask, block_inputs):
     distribution of the model cut after each block, ln and head applied).
   """
   states = model.hidden_states(inputs, mask)
-  probs = [jax.nn.softmax(model.head(model.ln(h)).astype(jnp.float32), axis=-1)
+  probs = [jax.nn.softmax(model.logits(h), axis=-1)
            for h in states[1:]]
-  local = [block.attn(*block.heads(x), mask=mask, causal=model.cfg.causal)
+  local = [block.attn(*block.heads(block.attention_input(x)), mask=mask, causal=model.cfg.causal)
            for block, x in zip(model.blocks, block_inputs)]
   return states, local, probs
 

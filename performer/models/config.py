@@ -31,11 +31,23 @@ class ModelConfig:
   causal: bool = True
   reversible: bool = False  # reversible residual layers (Reformer), models/reversible.py
   dtype: str = "float32"  # of activations and matmuls; parameters stay float32 (see DTYPES)
+  # Zoology's recall models (Arora et al. 2023): a gated causal short convolution of this kernel
+  # before each block's attention (0: none), queries and keys of qk_dim per head (0: head_dim),
+  # no position embeddings, the output layer tied to the embedding.
+  conv_kernel: int = 0
+  qk_dim: int = 0
+  position_embeddings: bool = True
+  tie_embeddings: bool = False
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model"):
       if getattr(self, name) < 1:
         raise ValueError(f"ModelConfig.{name} must be >= 1, got {getattr(self, name)}")
+    for name in ("conv_kernel", "qk_dim"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"ModelConfig.{name} must be >= 0 (0: none), got {getattr(self, name)}")
+    if self.conv_kernel and self.reversible:
+      raise ValueError("ModelConfig.conv_kernel: reversible layers have no short convolution")
     if self.d_ff < 0:
       raise ValueError(f"ModelConfig.d_ff must be >= 0 (0: no MLP), got {self.d_ff}")
     if self.d_model % self.num_heads:
@@ -52,4 +64,10 @@ class ModelConfig:
 
   @property
   def head_dim(self):
+    """Per-head dimension of the values (and of queries and keys unless qk_dim is set)."""
     return self.d_model // self.num_heads
+
+  @property
+  def query_dim(self):
+    """Per-head dimension of queries and keys: qk_dim, or head_dim."""
+    return self.qk_dim or self.head_dim

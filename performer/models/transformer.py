@@ -3,7 +3,10 @@
 Token + learned position embeddings, `num_layers` blocks of attention and an
 MLP of width d_ff (none for d_ff = 0), each as x + Dropout(f(LayerNorm(x))),
 a final LayerNorm and a linear head to the vocabulary. Transformer, Performer, Linformer and
-Reformer models differ only by `config.attention`.
+Reformer models differ only by `config.attention`. Zoology's recall models
+(ModelConfig.conv_kernel) add a gated short convolution sublayer before each
+attention (models/short_conv.py) and may drop position embeddings and tie the
+head to the embedding.
 """
 
 import jax
@@ -12,17 +15,22 @@ from flax import nnx
 
 from performer import attention
 from performer.models.reversible import reversible_stack
+from performer.models.short_conv import ShortConv
 
 
 class Block(nnx.Module):
-  """x + attention(LN(x)); then x + MLP(LN(x))."""
+  """x + conv(LN(x)) with a short convolution; x + attention(LN(x)); then x + MLP(LN(x))."""
 
   def __init__(self, cfg, layer, *, rngs):
     self.cfg = cfg
     dtype = jnp.dtype(cfg.dtype)  # of the computation; parameters stay float32
+    if cfg.conv_kernel:
+      self.ln_conv = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+      self.conv = ShortConv(cfg.d_model, cfg.conv_kernel, dtype=dtype, rngs=rngs)
     self.ln_attn = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
-    self.qkv = nnx.Linear(cfg.d_model, 3 * cfg.d_model, dtype=dtype, rngs=rngs)
-    self.attn = attention.make(cfg.attention, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
+    width = cfg.num_heads * (2 * cfg.query_dim + cfg.head_dim)  # q and k of qk_dim, v of head_dim
+    self.qkv = nnx.Linear(cfg.d_model, width, dtype=dtype, rngs=rngs)
+    self.attn = attention.make(cfg.attention, num_heads=cfg.num_heads, head_dim=cfg.query_dim,
                                max_len=cfg.max_len, rngs=rngs, layer=layer,
                                **cfg.attention_options)
     self.proj = nnx.Linear(cfg.d_model, cfg.d_model, dtype=dtype, rngs=rngs)
@@ -33,8 +41,15 @@ class Block(nnx.Module):
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
 
   def __call__(self, x, mask):  # x: [B, L, d_model], mask: [B, L] bool
+    x = self.attention_input(x)
     x = x + self.attention_part(x, mask)
     return x + self.mlp_part(x)
+
+  def attention_input(self, x):
+    """x + Dropout(conv(LN(x))) with a short convolution (ModelConfig.conv_kernel), else x."""
+    if not self.cfg.conv_kernel:
+      return x
+    return x + self.dropout(self.conv(self.ln_conv(x)))
 
   def attention_part(self, x, mask, key=None):
     """Dropout(proj(attention(LN(x)))): F of a reversible layer. key: explicit dropout key."""
@@ -42,11 +57,16 @@ class Block(nnx.Module):
     return self._dropout(self.proj(att.reshape(*x.shape[:2], -1)), key)
 
   def heads(self, x):
-    """The attention's inputs: x [B, L, d_model] -> q, k, v, each [B, L, H, d]."""
-    batch, length, _ = x.shape
-    q, k, v = jnp.split(self.qkv(self.ln_attn(x)), 3, axis=-1)
-    return tuple(t.reshape(batch, length, self.cfg.num_heads, self.cfg.head_dim)
-                 for t in (q, k, v))
+    """The attention's inputs: x [B, L, d_model] (after attention_input) -> q, k [B, L, H,
+    query_dim] and v [B, L, H, head_dim]."""
+    return self._split(self.qkv(self.ln_attn(x)))
+
+  def _split(self, qkv):
+    """[..., H (2 query_dim + head_dim)] -> q, k, v, each [..., H, its dimension]."""
+    cfg = self.cfg
+    qk = cfg.num_heads * cfg.query_dim
+    q, k, v = jnp.split(qkv, (qk, 2 * qk), axis=-1)
+    return tuple(t.reshape(*t.shape[:-1], cfg.num_heads, -1) for t in (q, k, v))
 
   def mlp_part(self, x, key=None):
     """Dropout(MLP(LN(x))): G of a reversible layer; 0 without an MLP (d_ff = 0)."""
@@ -57,13 +77,21 @@ class Block(nnx.Module):
   def _dropout(self, x, key):
     return self.dropout(x) if key is None else self.dropout(x, rngs=nnx.Rngs(dropout=key))
 
+  def decode_init(self, batch):
+    """This block's cache: (short convolution's last inputs or None, the attention's cache)."""
+    conv = (self.conv.decode_init(batch, self.cfg.d_model, jnp.dtype(self.cfg.dtype))
+            if self.cfg.conv_kernel else None)
+    return conv, self.attn.decode_init(batch, self.cfg.num_heads, self.cfg.head_dim)
+
   def decode_step(self, x, cache):
     """One token: x [B, d_model] -> (x, cache); dropout off (call model.eval() first)."""
-    q, k, v = jnp.split(self.qkv(self.ln_attn(x)), 3, axis=-1)
-    heads = lambda t: t.reshape(x.shape[0], self.cfg.num_heads, self.cfg.head_dim)
-    cache, att = self.attn.decode_step(cache, heads(q), heads(k), heads(v))
+    conv_cache, attn_cache = cache
+    if self.cfg.conv_kernel:
+      conv_cache, y = self.conv.decode_step(conv_cache, self.ln_conv(x))
+      x = x + y
+    attn_cache, att = self.attn.decode_step(attn_cache, *self._split(self.qkv(self.ln_attn(x))))
     x = x + self.proj(att.reshape(x.shape[0], -1))
-    return x + self.mlp_part(x), cache
+    return x + self.mlp_part(x), (conv_cache, attn_cache)
 
 
 class TransformerLM(nnx.Module):
@@ -76,10 +104,12 @@ class TransformerLM(nnx.Module):
     self.cfg = cfg
     dtype = jnp.dtype(cfg.dtype)
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype, rngs=rngs)
-    self.pos = nnx.Embed(cfg.max_len, cfg.d_model, dtype=dtype, rngs=rngs)
+    self.pos = (nnx.Embed(cfg.max_len, cfg.d_model, dtype=dtype, rngs=rngs)
+                if cfg.position_embeddings else None)
     self.blocks = nnx.List([Block(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
     self.ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
-    self.head = nnx.Linear(cfg.d_model, cfg.vocab_size, dtype=dtype, rngs=rngs)
+    self.head = (None if cfg.tie_embeddings else
+                 nnx.Linear(cfg.d_model, cfg.vocab_size, dtype=dtype, rngs=rngs))
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
     self.rngs = rngs  # dropout keys of the reversible stack
 
@@ -99,13 +129,22 @@ class TransformerLM(nnx.Module):
       x = self.hidden_states(tokens, mask)[-1]
     if positions is not None:
       x = jnp.take_along_axis(x, positions[..., None], axis=1)  # [B, K, d_model]
-    return self.head(self.ln(x)).astype(jnp.float32)
+    return self.logits(x)
+
+  def logits(self, x):
+    """[..., d_model] hidden states -> [..., vocab] float32: the final LayerNorm and head (the
+    embedding's transpose when tied)."""
+    x = self.ln(x)
+    return (self.embed.attend(x) if self.head is None else self.head(x)).astype(jnp.float32)
 
   def _embed(self, tokens):
     length = tokens.shape[1]
     if length > self.cfg.max_len:
       raise ValueError(f"sequence length {length} exceeds max_len {self.cfg.max_len}")
-    return self.dropout(self.embed(tokens) + self.pos(jnp.arange(length))[None])
+    x = self.embed(tokens)
+    if self.pos is not None:
+      x = x + self.pos(jnp.arange(length))[None]
+    return self.dropout(x)
 
   def hidden_states(self, tokens, mask=None):
     """The residual stream before the first block and after each: num_layers + 1 arrays.
@@ -135,7 +174,7 @@ class TransformerLM(nnx.Module):
       decoders = [n for n in attention.names() if attention.info(n).decoding]
       raise ValueError(f"attention {self.cfg.attention!r} has no incremental decoder; "
                        f"{', '.join(decoders)} do")
-    return [b.attn.decode_init(batch, self.cfg.num_heads, self.cfg.head_dim) for b in self.blocks]
+    return [b.decode_init(batch) for b in self.blocks]
 
   def decode_step(self, tokens, position, caches):
     """tokens [B] at `position` -> (logits [B, vocab] float32, caches): O(1) in the length.
@@ -149,9 +188,11 @@ class TransformerLM(nnx.Module):
     if not isinstance(position, jax.core.Tracer) and not 0 <= int(position) < self.cfg.max_len:
       raise ValueError(f"position {int(position)} is outside the model's positions 0 .. "
                        f"{self.cfg.max_len - 1} (max_len {self.cfg.max_len})")
-    x = self.embed(tokens) + self.pos(jnp.asarray(position, jnp.int32))[None]
+    x = self.embed(tokens)
+    if self.pos is not None:
+      x = x + self.pos(jnp.asarray(position, jnp.int32))[None]
     new = []
     for block, cache in zip(self.blocks, caches):
       x, cache = block.decode_step(x, cache)
       new.append(cache)
-    return self.head(self.ln(x)).astype(jnp.float32), new
+    return self.logits(x), new

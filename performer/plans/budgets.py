@@ -24,6 +24,14 @@ class Recall:
     seeds: the replicates of every row at its chosen rate.
     num_features: m of the FAVOR+ variant rows and of Performer-ReLU.
     feature_sweep: the m of the FAVOR+ accuracy-against-m rows.
+    data: the tasks' folders are <runs>/data/<data>/L<L>_kv<kv>, prepared
+      by jobs <data>_L<L>_kv<kv> with `data_flags` added.
+    splits: the replicates' test splits (mqar.py: test, test_shuffled,
+      test_kv<n>).
+    rows: the rows run (plans/recall.py rows(); empty: all).
+    tune_families: one rate per row family (plans/recall.py FAMILIES),
+      chosen on the family's first row, instead of one per row.
+    tune_steps: the tuning runs' TrainConfig.steps (None: the runs').
   """
   tasks: tuple[tuple[int, int], ...]
   vocab_size: int
@@ -33,6 +41,12 @@ class Recall:
   seeds: tuple[int, ...]
   num_features: int
   feature_sweep: tuple[int, ...]
+  data: str = "mqar"
+  data_flags: tuple[str, ...] = ("--filler", "zero", "--train-pool", "0")  # the first generator
+  splits: tuple[str, ...] = ("test",)
+  rows: tuple[str, ...] = ()
+  tune_families: bool = False
+  tune_steps: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +76,10 @@ class Budget:
       labelled and prepared in the runs folder (data.py).
     staged: True: Fig. 6's later seeds wait for its scale gate (fig6.py);
       False (tiny, a check of every job): every seed runs at once.
-    recall: the associative-recall study's design (Recall).
+    recall: the associative-recall study's design (Recall): attention-only
+      models (the "no convolution" ablation of recall_conv).
+    recall_conv: the recall study in Zoology's own setting (a short
+      convolution before attention; plans/recall_conv.py).
   """
   name: str
   protein_gin: tuple[str, ...]
@@ -85,6 +102,15 @@ class Budget:
   sample_fasta: bool = False
   staged: bool = True
   recall: Recall | None = None
+  recall_conv: Recall | None = None
+
+
+# Zoology's model and data (gin/recall/zoology.gin; data/mqar.py's defaults: random fillers, a
+# pool of 100,000 training examples); tested at kv = 4, 8 and 16 and with shuffled query order.
+ZOOLOGY_ROWS = ("exact", "favor_m16", "favor_m64", "favor_m256", "favor_m1024", "favor_no_redraw",
+                "favor_iid", "hyperbolic", "trig", "smreg", "favorpp", "favorsharp", "simplex",
+                "relu", "relu_deterministic", "elu_plus_one", "taylor", "identity")
+ZOOLOGY_SPLITS = ("test", "test_shuffled", "test_kv8", "test_kv16")
 
 
 BUDGETS = {
@@ -104,7 +130,15 @@ BUDGETS = {
         jobs=2, sample_fasta=True, staged=False,
         recall=Recall(tasks=((16, 2),), vocab_size=64, eval_examples=16,
                       gin=("gin/recall/tiny.gin",), learning_rates=(1e-2,), seeds=(0, 1),
-                      num_features=8, feature_sweep=(8,))),
+                      num_features=8, feature_sweep=(8,)),
+        recall_conv=Recall(tasks=((16, 2),), vocab_size=64, eval_examples=16,
+                           gin=("gin/recall/zoology.gin", "gin/recall/tiny.gin"),
+                           learning_rates=(1e-2, 3e-2), seeds=(0, 1), num_features=8,
+                           feature_sweep=(8,), data="mqar_zoology",
+                           data_flags=("--test-kv", "4", "--train-pool", "64"),
+                           splits=("test", "test_shuffled", "test_kv4"),
+                           rows=("exact", "favor_m8", "favor_iid", "relu", "identity"),
+                           tune_families=True, tune_steps=2)),
     # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (README.md gives
     # the measured times); concatenated proteins at L = 1024 (README: why). Results: results/.
     "mini": Budget(
@@ -116,7 +150,15 @@ BUDGETS = {
         jobs=2, results="results",
         recall=Recall(tasks=((64, 4),), vocab_size=1024, eval_examples=3000, gin=(),
                       learning_rates=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2, 3, 4), num_features=64,
-                      feature_sweep=(16, 32, 64, 128, 256))),
+                      feature_sweep=(16, 32, 64, 128, 256)),
+        # Zoology's smallest setting (V = 8192, L = 64, kv = 4, d_model 64, batch 128): exact
+        # attention stops at 99% valid accuracy by step 500 here, so a cap of 5,000 is 10x it.
+        recall_conv=Recall(tasks=((64, 4),), vocab_size=8192, eval_examples=3000,
+                           gin=("gin/recall/zoology.gin",), learning_rates=(1e-3, 3e-3, 1e-2),
+                           seeds=(0, 1, 2), num_features=256, feature_sweep=(16, 64, 256, 1024),
+                           data="mqar_zoology", data_flags=("--test-kv", "8,16"),
+                           splits=ZOOLOGY_SPLITS, rows=ZOOLOGY_ROWS, tune_families=True,
+                           tune_steps=2000)),
     # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
     # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
     "paper": Budget(

@@ -15,14 +15,17 @@ features cost 13 s a step here); the Reformer; and identity attention, the
 chance control.
 
 The learning rate of each row is chosen, not tuned by eye: first one run per
-row and rate of the budget's grid (seed TUNE_SEED, none of the replicates'),
-evaluated on valid; `recall_lr` writes the table and the choice, the rate of
-best valid accuracy (ties: the smaller rate), to <results>/recall_lr.json.
-Then the replicates of every row at its chosen rate, evaluated on test (the
+row (or per row family, FAMILIES, with Recall.tune_families) and rate of the
+budget's grid (seed TUNE_SEED, none of the replicates'), evaluated on valid;
+`recall_lr` writes the table and the choice, the rate of best valid accuracy
+(ties: the smaller rate), to <results>/<study>_lr.json. Then the replicates
+of every row at its chosen rate, evaluated on the design's test splits (the
 fixed 3,000 examples every model sees). The local launcher builds the plan
-again once recall_lr.json exists and goes on; under SLURM run `performer
+again once the rates exist and goes on; under SLURM run `performer
 reproduce` again after it. A budget with one rate has no tuning runs.
 `recall` draws the figure and decides the claims (figures/recall.py).
+`study_jobs` builds any design: plans/recall_conv.py runs Zoology's own
+setting with it.
 """
 
 import os
@@ -34,15 +37,27 @@ STUDY = "recall"
 SUMMARY = ("associative recall (MQAR): exact, FAVOR+ against m and its variants, ReLU, elu+1, "
            "Taylor, Reformer, identity; figure and verdicts")
 TUNE_SEED = 100  # the tuning runs' seed: apart from every replicate's
-LR_FILE = "recall_lr.md"  # its .json twin holds the chosen rates
 TAYLOR_DIM = 16  # Based's feature_dim (its Fig. 3 uses 16 and 24): 1 + 16 + 256 features
+# Rows whose rate is their family's (Recall.tune_families): every FAVOR+ estimator of softmax
+# takes the rate chosen for FAVOR+ at the design's m, random-W ReLU's is deterministic ReLU's.
+FAVOR_VARIANTS = ("favor_no_redraw", "favor_iid", "hyperbolic", "trig", "smreg", "favorpp",
+                  "favorsharp", "simplex")
+
+
+def family(recall, row):
+  """The row whose tuning runs choose `row`'s rate (itself unless Recall.tune_families)."""
+  if not recall.tune_families:
+    return row
+  if row.startswith("favor_m") or row in FAVOR_VARIANTS:
+    return f"favor_m{recall.num_features}"
+  return "relu" if row == "relu_deterministic" else row
 
 
 def rows(recall):
-  """{row name: (attention, attention_options)} of a budget's Recall design."""
+  """{row name: (attention, attention_options)} of a budget's Recall design (Recall.rows)."""
   m = recall.num_features
   favor = lambda **extra: ("performer_softmax", {"num_features": m, **extra})
-  return {
+  every = {
       "exact": ("exact", {}),
       **{f"favor_m{k}": ("performer_softmax", {"num_features": k})
          for k in recall.feature_sweep},
@@ -62,6 +77,10 @@ def rows(recall):
       "reformer": ("reformer", {}),
       "identity": ("identity", {}),
   }
+  unknown = set(recall.rows) - set(every)
+  if unknown:
+    raise ValueError(f"Recall.rows: no row {', '.join(sorted(unknown))} (rows: {', '.join(every)})")
+  return {row: every[row] for row in (recall.rows or every)}
 
 
 def task_name(task):
@@ -69,56 +88,69 @@ def task_name(task):
   return f"L{length}_kv{kv}"
 
 
-def data_folder(ctx, task):
-  return os.path.join(ctx.runs, "data", "mqar", task_name(task))
+def data_folder(ctx, recall, task):
+  return os.path.join(ctx.runs, "data", recall.data, task_name(task))
 
 
-def chosen_rates(ctx):
-  """{task name: {row: learning rate}} once `recall_lr` has written them ({} before)."""
-  return ctx.decision(LR_FILE, lambda record: record["chosen"])
+def lr_file(study):
+  """The table of a study's tuning runs; its .json twin holds the chosen rates."""
+  return f"{study}_lr.md"
 
 
-def _train(ctx, task, row, lr, seed, stage):
-  recall = ctx.budget.recall
+def chosen_rates(ctx, study):
+  """{task name: {tuned row: learning rate}} once `recall_lr` has written them ({} before)."""
+  return ctx.decision(lr_file(study), lambda record: record["chosen"])
+
+
+def _train(ctx, recall, study, task, row, lr, seed, stage):
   attention, opts = rows(recall)[row]
   length, _ = task
   settings = {"task": task_name(task), "row": row, "lr": lr, "seed": seed, "stage": stage}
-  name = f"recall_{task_name(task)}_{row}_" + (f"lr{lr:g}" if stage == "tune" else f"s{seed}")
+  name = f"{study}_{task_name(task)}_{row}_" + (f"lr{lr:g}" if stage == "tune" else f"s{seed}")
   gin = tuple(map(repo, ("gin/recall/base.gin", *recall.gin)))
-  bindings = (f"DataConfig.path={data_folder(ctx, task)!r}", f"DataConfig.seq_len={length}",
+  steps = (f"TrainConfig.steps={recall.tune_steps}",) if stage == "tune" and recall.tune_steps else ()
+  bindings = (f"DataConfig.path={data_folder(ctx, recall, task)!r}", f"DataConfig.seq_len={length}",
               f"ModelConfig.attention={attention!r}", f"OptimConfig.learning_rate={lr!r}",
-              f"TrainConfig.seed={seed}", *((options(**opts),) if opts else ()), *ctx.extra)
-  return job_lib.train(name, ctx.runs, gin, bindings, needs=(f"mqar_{task_name(task)}",),
-                       study=STUDY, settings=settings)
+              f"TrainConfig.seed={seed}", *((options(**opts),) if opts else ()), *steps,
+              *ctx.extra)
+  return job_lib.train(name, ctx.runs, gin, bindings, needs=(f"{recall.data}_{task_name(task)}",),
+                       study=study, settings=settings)
 
 
 def jobs(ctx):
-  recall = ctx.budget.recall
+  return study_jobs(ctx, ctx.budget.recall, STUDY)
+
+
+def study_jobs(ctx, recall, study):
+  """Every job of Recall design `recall` as study `study` ([] without a design): the tasks'
+  data, the tuning runs and their table, then the replicates, their evals and the figure."""
   if recall is None:
     return []
-  out = [job_lib.Job(name=f"mqar_{task_name(t)}", kind="data", study=STUDY,
-                     outputs=(os.path.join(data_folder(ctx, t), "manifest.json"),),
-                     command=("performer", "prepare-mqar", "--out", data_folder(ctx, t),
+  out = [job_lib.Job(name=f"{recall.data}_{task_name(t)}", kind="data", study=study,
+                     outputs=(os.path.join(data_folder(ctx, recall, t), "manifest.json"),),
+                     command=("performer", "prepare-mqar", "--out", data_folder(ctx, recall, t),
                               "--seq-len", str(t[0]), "--num-kv", str(t[1]),
                               "--vocab-size", str(recall.vocab_size),
-                              "--eval-examples", str(recall.eval_examples)))
+                              "--eval-examples", str(recall.eval_examples), *recall.data_flags))
          for t in recall.tasks]
   names = list(rows(recall))
   if len(recall.learning_rates) > 1:
-    tune = [_train(ctx, t, row, lr, TUNE_SEED, "tune") for t in recall.tasks for row in names
-            for lr in recall.learning_rates]
-    out += tune + [j for t in tune for j in ctx.evaluated(t, ("valid",), study=STUDY)]
-    out.append(ctx.figure("recall_lr", ("recall-lr", "--runs", *map(ctx.archived, tune)),
-                          LR_FILE, needs=[f"{j.name}_archive" for j in tune], study=STUDY))
-    chosen = chosen_rates(ctx)
+    tuned = [row for row in names if family(recall, row) == row]
+    tune = [_train(ctx, recall, study, t, row, lr, TUNE_SEED, "tune") for t in recall.tasks
+            for row in tuned for lr in recall.learning_rates]
+    out += tune + [j for t in tune for j in ctx.evaluated(t, ("valid",), study=study)]
+    out.append(ctx.figure(f"{study}_lr", ("recall-lr", "--runs", *map(ctx.archived, tune)),
+                          lr_file(study), needs=[f"{j.name}_archive" for j in tune], study=study))
+    chosen = chosen_rates(ctx, study)
   else:
     chosen = {task_name(t): dict.fromkeys(names, recall.learning_rates[0]) for t in recall.tasks}
-  runs = [_train(ctx, t, row, chosen[task_name(t)][row], seed, "replicate")
+  runs = [_train(ctx, recall, study, t, row, chosen[task_name(t)][family(recall, row)], seed,
+                 "replicate")
           for t in recall.tasks if task_name(t) in chosen for seed in recall.seeds
           for row in names]
   if not runs:
     return out
-  out += runs + [j for r in runs for j in ctx.evaluated(r, ("test",), study=STUDY)]
-  out.append(ctx.figure("recall", ("recall", "--runs", *map(ctx.archived, runs)), "recall.png",
-                        needs=[f"{j.name}_archive" for j in runs], study=STUDY))
+  out += runs + [j for r in runs for j in ctx.evaluated(r, recall.splits, study=study)]
+  out.append(ctx.figure(study, ("recall", "--runs", *map(ctx.archived, runs)), f"{study}.png",
+                        needs=[f"{j.name}_archive" for j in runs], study=study))
   return out

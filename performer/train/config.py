@@ -64,6 +64,7 @@ class TrainConfig:
   eval_batches: int = 0  # 0: the whole valid split
   seed: int = 0
   init_from: str = ""  # a trained workdir whose parameters start this run (paper Fig. 5)
+  stop_accuracy: float = 0.0  # stop once validation accuracy reaches it (0: never); early_stop.py
   # What a plan's sweep set for this run (performer/plans), e.g. {"kernel": "relu"}: recorded in
   # config.json for figures to group runs by; training does not read it.
   settings: dict = dataclasses.field(default_factory=dict)
@@ -73,6 +74,7 @@ class TrainConfig:
       _check(self, name, lambda x: x >= 1, ">= 1", kind=int)
     _check(self, "eval_batches", lambda x: x >= 0, ">= 0 (0: the whole valid split)", kind=int)
     _check(self, "seed", lambda x: x >= 0, ">= 0", kind=int)
+    _check(self, "stop_accuracy", lambda x: 0 <= x <= 1, "in [0, 1] (0: never stop early)")
     if not isinstance(self.settings, dict):
       raise ValueError(f"TrainConfig.settings must be a dict, got {self.settings!r}")
 

@@ -27,7 +27,8 @@ from flax import nnx
 from performer.atomic import atomic_path, exclusive_lock
 from performer.data import pipeline
 from performer.errors import UserError
-from performer.train import distributed, divergence, metrics, preemption, resume, sharding
+from performer.train import (distributed, divergence, early_stop, metrics, preemption, resume,
+                             sharding)
 from performer.train import evaluate as evaluation
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
@@ -88,6 +89,10 @@ def run(cfg, workdir, *, progress=True, records=None):
       say(f"{workdir} is complete: its latest checkpoint is step {start} "
           f"(TrainConfig.steps = {train.steps}); nothing to train")
       return None
+    if start and early_stop.stopped_at(workdir) == start:
+      say(f"{workdir} is complete: it stopped at step {start}, where its validation accuracy "
+          f"reached TrainConfig.stop_accuracy ({early_stop.STOPPED}); nothing to train")
+      return None
 
     # --- Start: resume, or take a trained model's weights (paper Fig. 5) --------
     if train.init_from and not start:
@@ -144,6 +149,13 @@ def run(cfg, workdir, *, progress=True, records=None):
           writer.write(done, last_valid, "valid")
           # Weights that score NaN on valid are no good checkpoint, whatever the train loss said.
           divergence.stop_if_invalid(workdir, done, last_valid, ckpt.latest_step(), cfg.model)
+          if early_stop.reached(train, last_valid):
+            ckpt.save(done, model, optimizer, {"step": done})
+            if jax.process_index() == 0:
+              early_stop.record(workdir, done, last_valid, train.stop_accuracy)
+            say(f"stopped at step {done}: validation accuracy {last_valid['accuracy']:.4f} >= "
+                f"TrainConfig.stop_accuracy {train.stop_accuracy:g}")
+            break
         if save:
           ckpt.save(done, model, optimizer, {"step": done})
         if stopping and done < train.steps:

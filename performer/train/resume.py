@@ -13,6 +13,7 @@ import json
 import os
 import time
 
+from performer.data import mqar
 from performer.errors import UserError
 
 # Fields that may change on resume: how long, how often, where the devices are, what the plan
@@ -60,6 +61,10 @@ def check(workdir, cfg, step, *, record=True):
       before = json.load(f)
   except (OSError, ValueError):
     return []
+  try:  # a field added since the run was trained reads as its default, as Config.load gives it
+    before = type(cfg).from_json(before).to_json()
+  except ValueError:
+    pass  # not a config this version reads: compared as written
   after = cfg.to_json()
   changes = differences(before, after)
   refused = [c for c in changes if not _may_change(c[0], before, after)]
@@ -117,8 +122,11 @@ def check_dataset(workdir, path):
   before = _fingerprint(os.path.join(workdir, DATASET))
   if before is None:
     return
+  if before.get("kind") == mqar.KIND:  # generator options added since read as they were
+    before = {**mqar.LEGACY, **before}
   now = _fingerprint(os.path.join(path, "manifest.json")) or {}
-  changed = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+  changed = [k for k in sorted(set(before) | set(now))
+             if _plain(before.get(k)) != _plain(now.get(k))]
   if changed:
     k = changed[0]
     raise UserError(f"{path} holds another dataset than {workdir} trained on: {k} is "

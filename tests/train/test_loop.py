@@ -559,3 +559,59 @@ def test_a_recall_run_with_deterministic_taylor_features_checkpoints_resumes_and
     evaluate.run(str(tmp_path / "a"), "test")
   with pytest.raises(UserError, match="another dataset"):
     train(tmp_path / "b", 9)
+
+
+def test_a_run_stops_where_validation_accuracy_reaches_stop_accuracy_and_stays_complete(tmp_path):
+  from performer.data import mqar  # pylint: disable=import-outside-toplevel
+  from performer.train import early_stop  # pylint: disable=import-outside-toplevel
+  task = mqar.MQARConfig(vocab_size=16, seq_len=16, num_kv=2, eval_examples=200, train_pool=50)
+  mqar.prepare(task, str(tmp_path / "mqar"))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  def train(workdir, *extra):
+    configurables.parse([os.path.join(root, "gin/recall/base.gin")], [
+        f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
+        "DataConfig.batch_size = 4", "ModelConfig.d_model = 16", "ModelConfig.conv_kernel = 3",
+        "TrainConfig.steps = 9", "TrainConfig.log_every = 3", "TrainConfig.eval_every = 3",
+        "TrainConfig.checkpoint_every = 9", *extra])
+    return loop.run(configurables.resolve(), str(workdir), progress=False)
+  train(tmp_path / "a")
+  valid = [r for r in _rows(tmp_path / "a") if r["split"] == "valid"]
+  assert valid[0]["accuracy"] > 0  # values come from 8 tokens: chance is 1/8
+  target = max(r["accuracy"] for r in valid[:2])
+  stop = next(r["step"] for r in valid if r["accuracy"] >= target)  # 3 or 6, before the end
+  train(tmp_path / "b", f"TrainConfig.stop_accuracy = {target!r}")
+  assert early_stop.stopped_at(str(tmp_path / "b")) == stop
+  assert Checkpoints(str(tmp_path / "b" / "checkpoints")).latest_step() == stop
+  assert [r for r in _rows(tmp_path / "b") if r["split"] == "valid"][-1] == valid[stop // 3 - 1]
+  assert train(tmp_path / "b", f"TrainConfig.stop_accuracy = {target!r}") is None  # complete
+  assert Checkpoints(str(tmp_path / "b" / "checkpoints")).latest_step() == stop
+  with pytest.raises(ValueError, match=r"stop_accuracy must be a number in \[0, 1\]"):
+    train(tmp_path / "c", "TrainConfig.stop_accuracy = 99.0")
+
+
+def test_a_run_trained_before_new_options_existed_resumes_and_keeps_its_dataset(tmp_path):
+  from performer.data import mqar  # pylint: disable=import-outside-toplevel
+  from performer.train import resume  # pylint: disable=import-outside-toplevel
+  old = mqar.MQARConfig(vocab_size=64, seq_len=16, num_kv=2, eval_examples=10, filler="zero",
+                        train_pool=0)
+  mqar.prepare(old, str(tmp_path / "old"))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  configurables.parse([os.path.join(root, "gin/recall/base.gin")], [
+      f"DataConfig.path = '{tmp_path / 'old'}'", "DataConfig.seq_len = 16"])
+  cfg = configurables.resolve()
+  run = tmp_path / "run"
+  run.mkdir()
+  written = cfg.to_json()  # as a run of the last version wrote it: without the new fields
+  for group, name in (("model", "conv_kernel"), ("model", "qk_dim"), ("model", "tie_embeddings"),
+                      ("model", "position_embeddings"), ("train", "stop_accuracy")):
+    del written[group][name]
+  (run / "config.json").write_text(json.dumps(written))
+  assert resume.check(str(run), cfg, 3) == []
+  record = json.loads(resume.dataset_record(str(tmp_path / "old"))[resume.DATASET])
+  for name in mqar.LEGACY:
+    del record["fingerprint"][name]
+  (run / resume.DATASET).write_text(json.dumps(record))
+  resume.check_dataset(str(run), str(tmp_path / "old"))  # the same data
+  mqar.prepare(dataclasses.replace(old, filler="random"), str(tmp_path / "new"))
+  with pytest.raises(UserError, match="filler is 'random' there and was 'zero'"):
+    resume.check_dataset(str(run), str(tmp_path / "new"))
