@@ -229,7 +229,12 @@ def train_index(task, seed, i):
 def load(path):
   """The MQARConfig of a prepared folder, or None when `path` holds another kind of dataset."""
   with open(os.path.join(path, "manifest.json")) as f:
-    fingerprint = json.load(f)["fingerprint"]
+    return from_fingerprint(json.load(f)["fingerprint"])
+
+
+def from_fingerprint(fingerprint):
+  """The MQARConfig of a manifest's (or a run's dataset.json) fingerprint; None for another kind.
+  Options added since it was written take the values they had then (LEGACY)."""
   if fingerprint.get("kind") != KIND:
     return None
   return MQARConfig(**(LEGACY | {k: v for k, v in fingerprint.items() if k != "kind"}))

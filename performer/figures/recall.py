@@ -39,6 +39,7 @@ import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
 from performer import attention, verdicts  # pylint: disable=wrong-import-position
+from performer.data import mqar  # pylint: disable=wrong-import-position
 from performer.atomic import atomic_path  # pylint: disable=wrong-import-position
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import claims as claims_lib  # pylint: disable=wrong-import-position
@@ -61,7 +62,9 @@ LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
 ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"),
                Column("test accuracy % (mean)", "{:.2f}"), Column("min", "{:.2f}"),
                Column("max", "{:.2f}"), Column("seeds"), Column("unlucky seeds"),
-               Column("learning rate", "{:g}"))
+               Column("learning rate", "{:g}"), Column("steps (median)", "{:.0f}"),
+               Column("valid gain, last 1,000 steps (pp)", "{:.2f}"))
+CLIMB = 1000  # steps over which a run's last valid gain is read: is it still climbing?
 CLAIM_COLUMNS = (Column("task"), Column("claim"), Column("paper"), Column("difference (pp)"),
                  Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
                  Column("seeds"), Column("verdict"), Column("why"))
@@ -185,7 +188,7 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
     seeds_a, seeds_b = [r.seed for r in rows[a]], [r.seed for r in rows[b]]
     if ra is None or rb is None:
       notes[cid] = why_a or why_b
-    elif {r.step for r in rows[a] + rows[b]} != {rows[a][0].step}:
+    elif len({_planned(r) for r in rows[a] + rows[b]}) != 1:
       notes[cid] = f"{label(a)} and {label(b)} were evaluated at different steps"
     else:
       evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap,
@@ -209,7 +212,11 @@ def render(run_dirs, out_path):
   tasks = _by_task(runs_lib.load_runs(run_dirs))
   stem = os.path.splitext(out_path)[0]
   row_cells, claim_cells, record = [], [], {"tasks": {}}
+  extra = sorted({s for rows in tasks.values() for g in rows.values() for r in g for s in r.evals
+                  if s.startswith("test_")}, key=_split_key)
+  columns = (*ROW_COLUMNS, *(Column(f"{s} % (mean)", "{:.2f}") for s in extra))
   fig, axes = plt.subplots(len(tasks), 2, figsize=(13, 4.6 * len(tasks)), squeeze=False)
+  ceiling_notes = []
   for (task, rows), (left, right) in zip(tasks.items(), axes):
     means = {}
     for row, group in rows.items():
@@ -222,8 +229,14 @@ def render(run_dirs, out_path):
       row_cells.append([task, label(row), state_size(group[0]), mean,
                         float(finite.min()) if finite.size else None,
                         float(finite.max()) if finite.size else None, len(group),
-                        ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr")])
-    _draw(left, right, task, rows, means)
+                        ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr"),
+                        _median([run.step for run in group]),
+                        _mean([_last_gain(run) for run in group]),
+                        *(_mean([100 * run.value(s, "accuracy") if run.value(s, "accuracy")
+                                 is not None else None for run in group]) for s in extra)])
+    ceiling = ceilings(next(iter(rows.values()))[0], ("test", *extra))
+    ceiling_notes += [_ceiling_note(task, s, c) for s, c in ceiling.items()]
+    _draw(left, right, task, rows, means, ceiling.get("test"))
     decided, gate = decide(task, rows)
     for v in decided:
       cells = verdicts.row(v)
@@ -232,7 +245,7 @@ def render(run_dirs, out_path):
                           cells["delta (pp)"] if v.claim.direction else "", cells["seeds"],
                           v.verdict, v.reason])
     record["tasks"][task] = {
-        "gate": claims_lib.gate_record(gate) if gate else None,
+        "gate": claims_lib.gate_record(gate) if gate else None, "no_binding_ceiling": ceiling,
         "rows": {row: {"mean": m, "accuracies": list(map(float, a))}
                  for row, (m, a) in means.items()},
         "claims": [{"id": v.claim.id, "verdict": v.verdict, "reason": v.reason,
@@ -242,10 +255,16 @@ def render(run_dirs, out_path):
   plt.close(fig)
   notes = [_gate_note(t, r["gate"]) for t, r in record["tasks"].items()]
   rows_md = write_table(stem + ".md", "Associative recall (MQAR): test accuracy per row",
-                        ROW_COLUMNS, row_cells, [
+                        columns, row_cells, [
                             "Accuracy over the query positions of the fixed test set, in %; "
                             "min and max over seeds. Unlucky: seeds below "
-                            f"{UNLUCKY:g} x the row's median.", *notes])
+                            f"{UNLUCKY:g} x the row's median. Steps: where the runs were "
+                            "evaluated (an early stop at 99% valid accuracy, or the cap); valid "
+                            f"gain: valid accuracy at the last eval minus {CLIMB:,} steps before "
+                            "(a row still climbing at the cap has a positive gain). Other test "
+                            "splits (data/mqar.py): test_shuffled holds test's examples with the "
+                            "keys reassigned to the query slots at random; test_kv<n> has n "
+                            "pairs.", *ceiling_notes, *notes])
   claims_md = write_table(stem + "_claims.md", "Paper claims on associative recall, decided by "
                           "the verdict rule", CLAIM_COLUMNS, claim_cells, [
                               *notes, "Differences: mean test accuracy of the first row minus "
@@ -258,6 +277,66 @@ def render(run_dirs, out_path):
   return (out_path, *rows_md, *claims_md, stem + ".json")
 
 
+def _split_key(split):
+  """test_shuffled first, then test_kv<n> by n."""
+  return (split != "test_shuffled", int(split.removeprefix("test_kv")) if split.startswith(
+      "test_kv") else 0, split)
+
+
+def _mean(values):
+  values = [v for v in values if v is not None]
+  return float(np.mean(values)) if values else None
+
+
+def _median(values):
+  values = [v for v in values if v is not None]
+  return float(np.median(values)) if values else None
+
+
+def _stopped_early(run):
+  return os.path.isfile(os.path.join(run.path, "stopped_early.json"))
+
+
+def _planned(run):
+  """The step a run was evaluated at, or its cap (TrainConfig.steps) when it stopped early:
+  runs with the same cap are compared whenever they stopped."""
+  return run.config["train"]["steps"] if _stopped_early(run) else run.step
+
+
+def _last_gain(run):
+  """Valid accuracy (pp) at the run's last eval minus at CLIMB steps before it; None when the
+  run stopped early (it reached its target) or is shorter."""
+  if _stopped_early(run):
+    return None
+  valid = [(r["step"], r["accuracy"]) for r in run.metrics if r["split"] == "valid"]
+  if not valid:
+    return None
+  last, acc = valid[-1]
+  before = [a for step, a in valid if step <= last - CLIMB]
+  return 100 * (acc - before[-1]) if before else None
+
+
+def ceilings(run, splits):
+  """{split: mqar.ceilings} of the test splits among `splits` of the MQAR task `run` trained
+  on (its dataset.json, which archives keep); {} for a run without one."""
+  try:
+    with open(os.path.join(run.path, "dataset.json")) as f:
+      task = mqar.from_fingerprint(json.load(f)["fingerprint"])
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return {}
+  if task is None:
+    return {}
+  return {s: mqar.ceilings(task, s) for s in splits if s in task.splits and s.startswith("test")}
+
+
+def _ceiling_note(task, split, rules):
+  pct = lambda k: f"{100 * rules[k]:.2f}%"
+  return (f"{task} {split}: no-binding ceiling {pct('ceiling')} (rules that answer from a "
+          f"query's rank among the queries {pct('rank')}, its slot {pct('slot')}, both "
+          f"{pct('rank_slot')}; a uniform guess among the context's values {pct('uniform')}; "
+          "data/mqar.py ceilings).")
+
+
 def _gate_note(task, gate):
   if gate is None:
     return f"{task}: no gate (needs exact and identity runs)."
@@ -268,8 +347,9 @@ def _gate_note(task, gate):
           f"{high:.2f}, MDE {100 * gate['mde']:.2f}): gate {'passed' if gate['passed'] else 'failed'}.")
 
 
-def _draw(left, right, task, rows, means):
-  """Accuracy against state size (left) and against m (right) of one task."""
+def _draw(left, right, task, rows, means, ceiling=None):
+  """Accuracy against state size (left) and against m (right) of one task; the test split's
+  no-binding ceiling (`ceilings`) as a dotted line."""
   styles = {}  # ten colours, then the next marker
   for i, row in enumerate(r for r in rows if not r.startswith("favor_m") and r != "identity"):
     styles[row] = {"color": f"C{i % 10}", "marker": "sD^v"[i // 10 % 4]}
@@ -287,6 +367,9 @@ def _draw(left, right, task, rows, means):
     if "identity" in means and means["identity"][0] is not None:
       ax.axhline(means["identity"][0], color="grey", linestyle="--", linewidth=1,
                  label=label("identity"))
+    if ceiling:
+      ax.axhline(100 * ceiling["ceiling"], color="grey", linestyle=":", linewidth=1,
+                 label="no-binding ceiling (rule)")
   if favor:
     xs = [state_size(rows[r][0]) for r in favor]
     ys = [means[r][0] for r in favor]

@@ -2,7 +2,7 @@
 
 A run folder holds config.json (the operative config), metrics.jsonl (one
 row per log or eval: step, split "train" | "valid", loss, accuracy,
-perplexity, ...) and, after `performer eval`, eval_test.json / eval_ood.json.
+perplexity, ...) and, after `performer eval`, eval_<split>.json per split.
 Nothing here recomputes a metric: (B) runs were scored on the masked
 positions and (U) runs on all positions by train/eval (App. A.1).
 """
@@ -37,8 +37,8 @@ class Run:
     extra: True for a (direction, model) the paper did not train (Fig. 6).
     seed: train.seed.
     metrics: metrics.jsonl rows, the last one per (split, step), by step.
-    evals: split ("test", "ood") -> that eval_<split>.json; absent splits
-      were not evaluated.
+    evals: split ("test", "ood", and MQAR's "test_shuffled", "test_kv8", ...)
+      -> that eval_<split>.json; absent splits were not evaluated.
     config: the whole config.json (model, train, optim, data), for what a
       run did (attention options, init_from).
     settings: the sweep values its plan recorded (TrainConfig.settings, e.g.
@@ -186,8 +186,10 @@ def load_run(path):
   direction = "U" if model["causal"] else "B"
   label = (attention.info(model["attention"]).label if model["attention"] in attention.names()
            else model["attention"])
-  evals = {split: _eval(os.path.join(path, f"eval_{split}.json")) for split in EVAL_SPLITS
-           if os.path.isfile(os.path.join(path, f"eval_{split}.json"))}
+  splits = [name[len("eval_"):-len(".json")] for name in sorted(os.listdir(path))
+            if name.startswith("eval_") and name.endswith(".json")]
+  evals = {split: _eval(os.path.join(path, f"eval_{split}.json")) for split in splits
+           if split in EVAL_SPLITS or split.startswith("test_")}
   return Run(path=path, direction=direction, attention=model["attention"], label=label,
              extra=label not in paper.FIG6[direction], seed=seed,
              metrics=_metrics(files["metrics.jsonl"]), evals=evals, config=config,

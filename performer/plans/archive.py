@@ -2,8 +2,9 @@
 
 Run folders vanish with the machine that ran them and checkpoints are too big
 to commit. A finished run's archive, DEST/<run name>/, holds what every table
-and figure reads (FILES: the config, metrics.jsonl, diverged.json, the eval
-files with their per-sequence sums; a few hundred KB) and, under `stamps/`,
+and figure reads (FILES: the config, metrics.jsonl, diverged.json, the data's
+fingerprint, the early-stop record, the eval files with their per-sequence
+sums; a few hundred KB) and, under `stamps/`,
 the plan stamps of the jobs that made it. `--checkpoint` adds the last
 checkpoint, for runs that other jobs start from (Fig. 5's fine-tunes, the
 probes). An archive that exists is replaced only with `--replace` (the
@@ -30,7 +31,10 @@ from performer.atomic import writable_folder
 from performer.errors import UserError
 from performer.flags import flag
 
-FILES = ("config.json", "config.gin", "metrics.jsonl", "diverged.json")
+# dataset.json: the data's fingerprint (an MQAR run's task); stopped_early.json: where an early
+# stop ended the run (train/early_stop.py).
+FILES = ("config.json", "config.gin", "metrics.jsonl", "diverged.json", "dataset.json",
+         "stopped_early.json")
 PATTERNS = ("eval_*.json", "eval_*_sequences.npz")
 CHECKPOINTS = "checkpoints"
 STAMPS = "stamps"

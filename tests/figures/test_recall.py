@@ -108,7 +108,16 @@ def test_learning_rates_are_chosen_on_valid_ties_to_the_smaller_and_never_diverg
   md, _, js = recall_lr.render(folders, str(tmp_path / "lr.md"))
   chosen = json.loads(open(js).read())["chosen"]["L64_kv4"]
   assert chosen == {"exact": 1e-2, "trig": 1e-3, "taylor": 1e-3}
-  assert "| L64_kv4 | exact softmax | 0.01 | 95.00 | yes |" in open(md).read()
+  assert "| L64_kv4 | exact softmax | 0.01 | 95.00 | - | yes |" in open(md).read()
+  # Early stops (valid accuracy past the target) beat any accuracy; the first stop wins.
+  for lr, step in ((1e-3, 750), (1e-2, 500)):
+    (root / f"exact_lr{lr:g}" / "stopped_early.json").write_text(json.dumps({"step": step}))
+  (root / "exact_lr0.001" / "eval_valid.json").write_text(json.dumps({"accuracy": 0.998}))
+  (root / "trig_lr0.01" / "stopped_early.json").write_text(json.dumps({"step": 4000}))
+  md, _, js = recall_lr.render(folders, str(tmp_path / "lr.md"))
+  assert json.loads(open(js).read())["chosen"]["L64_kv4"] == {"exact": 1e-2, "trig": 1e-2,
+                                                               "taylor": 1e-3}
+  assert "| L64_kv4 | exact softmax | 0.001 | 99.80 | 750 |  |" in open(md).read()
   (root / "exact_lr0.001" / "eval_valid.json").unlink()
   with pytest.raises(UserError, match="no eval_valid.json"):
     recall_lr.render(folders, str(tmp_path / "lr.md"))
@@ -141,3 +150,44 @@ def test_recall_lr_writes_its_table_beside_the_runs_by_default(tmp_path, capsys)
   assert cli.main(["figure", "recall-lr", "--runs", folder]) == 0
   assert (tmp_path / "tune" / "recall_lr.md").exists() and (tmp_path / "tune" / "recall_lr.json").exists()
   assert "recall_lr.csv" in capsys.readouterr().out
+
+
+def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_stops(tmp_path):
+  from performer.data import mqar  # pylint: disable=import-outside-toplevel
+  task = mqar.MQARConfig(vocab_size=64, seq_len=16, num_kv=2, eval_examples=N, test_kv=(4,))
+  fingerprint = {"kind": mqar.KIND, **{k: v for k, v in vars(task).items()}}
+  rng = np.random.default_rng(3)
+  truth = {"exact": (0.99, 500), "identity": (0.25, 5000), "favor_m64": (0.6, 5000)}
+  folders = []
+  for seed in range(3):
+    for row, (p, step) in truth.items():
+      folder = _run(tmp_path / "z", row, seed, _correct(rng, p), step=step, task="L16_kv2")
+      config = json.loads(open(f"{folder}/config.json").read())
+      config["train"]["steps"] = 5000
+      open(f"{folder}/config.json", "w").write(json.dumps(config))
+      open(f"{folder}/dataset.json", "w").write(json.dumps({"fingerprint": fingerprint}))
+      for split, q in (("test_shuffled", p), ("test_kv4", p / 2)):
+        open(f"{folder}/eval_{split}.json", "w").write(json.dumps(
+            {"accuracy": q, "perplexity": 2.0, "step": step, "split": split}))
+      if row == "exact":
+        open(f"{folder}/stopped_early.json", "w").write(json.dumps({"step": 500}))
+      else:  # valid accuracy climbs 0.5 pp per 500 steps to the cap
+        open(f"{folder}/metrics.jsonl", "w").write("".join(
+            json.dumps({"step": s, "split": "valid", "accuracy": 0.5 + s / 100_000}) + "\n"
+            for s in range(500, 5001, 500)))
+      folders.append(folder)
+  recall.render(folders, str(tmp_path / "z.png"))
+  rows = (tmp_path / "z.md").read_text()
+  header = rows.split("\n")[2]
+  assert header.index("test_shuffled % (mean)") < header.index("test_kv4 % (mean)")
+  favor = next(line for line in rows.split("\n") if "| FAVOR+ m=64 |" in line)
+  assert "| 5000 | 1.00 | 60.00 | 30.00 |" in favor  # steps, the last 1,000 steps' gain, splits
+  exact = next(line for line in rows.split("\n") if "| exact softmax |" in line)
+  assert "| 500 | - | 99.00 | 49.50 |" in exact  # stopped early: no gain to read
+  ceiling = mqar.ceilings(task, "test")["ceiling"]
+  assert f"L16_kv2 test: no-binding ceiling {100 * ceiling:.2f}%" in rows
+  assert "L16_kv2 test_kv4: no-binding ceiling" in rows
+  record = json.loads((tmp_path / "z.json").read_text())["tasks"]["L16_kv2"]
+  assert record["no_binding_ceiling"]["test"]["ceiling"] == ceiling
+  # Exact stopped early at 500 and FAVOR+ ran to the cap: compared, not refused for their steps.
+  assert record["claims"][0]["verdict"] == "contradicted"
