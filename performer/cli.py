@@ -25,7 +25,7 @@ from performer.errors import UserError
 DATA = ("performer.data.trembl", "performer.data.pfam", "performer.data.pg19", "performer.data.mqar")
 DATA_COMMANDS = ("prepare-trembl", "label-pfam", "prepare-pg19", "prepare-mqar")
 EXPERIMENTS = ("approx_error", "lemma2", "speed", "throughput", "error_propagation",
-               "attention_maps", "aa_similarity")
+               "attention_maps", "aa_similarity", "recall_rows")
 OTHERS = ("performer.plans.command", "performer.figures", "performer.plans.archive")
 OTHER_COMMANDS = ("reproduce", "figure", "archive")
 TRAIN_SUMMARY = "train a language model from gin configs (resumes a workdir)"

@@ -140,8 +140,9 @@ class PerformerAttention(nnx.Module):
       self._record(q, k, mask)  # after use: a batch never sees its own statistics
     return out
 
-  def _params(self, batch):
-    """The (query, key) Sides of a data-dependent kernel for decoding, [B, H, ...]; else None."""
+  def kernel_parameters(self, batch):
+    """The (query, key) Sides of a data-dependent kernel from the running moments, [B, H, ...]
+    (as decoding and causal attention use them); None for other kernels."""
     if self.moments is None:
       return None
     return tuple(jax.tree.map(lambda a: jnp.broadcast_to(a, (batch, *a.shape)), side)
@@ -159,7 +160,7 @@ class PerformerAttention(nnx.Module):
     q, k = self._qk(q, k)
     return favor.causal_decode_step(cache, q, k, v, self.matrix(), kernel=self.kernel,
                                     kernel_epsilon=self.kernel_epsilon,
-                                    params=self._params(q.shape[0]))
+                                    params=self.kernel_parameters(q.shape[0]))
 
 
 @register("performer_softmax", label="Performer-softmax")

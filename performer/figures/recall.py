@@ -65,6 +65,15 @@ ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"
                Column("learning rate", "{:g}"), Column("steps (median)", "{:.0f}"),
                Column("valid gain, last 1,000 steps (pp)", "{:.2f}"))
 CLIMB = 1000  # steps over which a run's last valid gain is read: is it still climbing?
+MECHANISM = ("accuracy_favor", "accuracy_exact_rows", "l1", "favor_answer", "exact_answer",
+             "favor_max", "exact_max")  # recall_rows.json's numbers, layer 0's for the rows
+MECHANISM_COLUMNS = (Column("task"), Column("row"), Column("seeds"),
+                     Column("accuracy with FAVOR's rows %", "{:.2f}"),
+                     Column("with exact rows of the same q, k %", "{:.2f}"),
+                     Column("row L1 (0..2)", "{:.3f}"), Column("weight on the answer: FAVOR",
+                                                              "{:.3f}"),
+                     Column("exact", "{:.3f}"), Column("largest weight: FAVOR", "{:.3f}"),
+                     Column("exact ", "{:.3f}"))
 CLAIM_COLUMNS = (Column("task"), Column("claim"), Column("paper"), Column("difference (pp)"),
                  Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
                  Column("seeds"), Column("verdict"), Column("why"))
@@ -216,7 +225,7 @@ def render(run_dirs, out_path):
                   if s.startswith("test_")}, key=_split_key)
   columns = (*ROW_COLUMNS, *(Column(f"{s} % (mean)", "{:.2f}") for s in extra))
   fig, axes = plt.subplots(len(tasks), 2, figsize=(13, 4.6 * len(tasks)), squeeze=False)
-  ceiling_notes = []
+  ceiling_notes, mechanism_cells = [], []
   for (task, rows), (left, right) in zip(tasks.items(), axes):
     means = {}
     for row, group in rows.items():
@@ -234,6 +243,11 @@ def render(run_dirs, out_path):
                         _mean([_last_gain(run) for run in group]),
                         *(_mean([100 * run.value(s, "accuracy") if run.value(s, "accuracy")
                                  is not None else None for run in group]) for s in extra)])
+      probed = [m for m in map(_mechanism, group) if m is not None]
+      if probed:
+        mechanism_cells.append([task, label(row), len(probed), *(
+            (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
+            for k in MECHANISM)])
     ceiling = ceilings(next(iter(rows.values()))[0], ("test", *extra))
     ceiling_notes += [_ceiling_note(task, s, c) for s, c in ceiling.items()]
     _draw(left, right, task, rows, means, ceiling.get("test"))
@@ -272,9 +286,17 @@ def render(run_dirs, out_path):
                               "differences) plus a paired bootstrap over test examples. The "
                               "rule: performer/verdicts.py; the claims: "
                               "performer/figures/recall.py."])
+  mechanism_md = () if not mechanism_cells else write_table(
+      stem + "_mechanism.md", "What FAVOR does on the trained models' own queries and keys",
+      MECHANISM_COLUMNS, mechanism_cells, [
+          "performer recall-rows on each replicate (experiments/recall_rows.py), means over "
+          "seeds, over the first 512 test examples' queries: the row of FAVOR's attention "
+          "matrix each query used against exact softmax of the same q and k (L1 distance, "
+          "weight on the queried key's value token, largest weight; the attention layer), "
+          "and the model's test accuracy through FAVOR's rows and through the exact rows."])
   with atomic_path(stem + ".json") as tmp, open(tmp, "w") as f:
     json.dump(record, f, indent=1)
-  return (out_path, *rows_md, *claims_md, stem + ".json")
+  return (out_path, *rows_md, *claims_md, *mechanism_md, stem + ".json")
 
 
 def _split_key(split):
@@ -291,6 +313,16 @@ def _mean(values):
 def _median(values):
   values = [v for v in values if v is not None]
   return float(np.median(values)) if values else None
+
+
+def _mechanism(run):
+  """{MECHANISM key: value} of a run's recall_rows.json (its first attention layer), or None."""
+  try:
+    with open(os.path.join(run.path, "recall_rows.json")) as f:
+      record = json.load(f)
+    return {k: record[k] if k.startswith("accuracy") else record["rows"][0][k] for k in MECHANISM}
+  except (OSError, ValueError, KeyError, IndexError, TypeError):
+    return None
 
 
 def _stopped_early(run):

@@ -32,9 +32,9 @@ from performer.errors import UserError
 from performer.flags import flag
 
 # dataset.json: the data's fingerprint (an MQAR run's task); stopped_early.json: where an early
-# stop ended the run (train/early_stop.py).
+# stop ended the run (train/early_stop.py); recall_rows.json: experiments/recall_rows.py's.
 FILES = ("config.json", "config.gin", "metrics.jsonl", "diverged.json", "dataset.json",
-         "stopped_early.json")
+         "stopped_early.json", "recall_rows.json")
 PATTERNS = ("eval_*.json", "eval_*_sequences.npz")
 CHECKPOINTS = "checkpoints"
 STAMPS = "stamps"

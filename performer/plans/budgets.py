@@ -32,6 +32,8 @@ class Recall:
     tune_families: one rate per row family (plans/recall.py FAMILIES),
       chosen on the family's first row, instead of one per row.
     tune_steps: the tuning runs' TrainConfig.steps (None: the runs').
+    mechanism: every softmax-estimating replicate is read by `performer
+      recall-rows` after its eval (experiments/recall_rows.py).
   """
   tasks: tuple[tuple[int, int], ...]
   vocab_size: int
@@ -47,6 +49,7 @@ class Recall:
   rows: tuple[str, ...] = ()
   tune_families: bool = False
   tune_steps: int | None = None
+  mechanism: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +141,7 @@ BUDGETS = {
                            data_flags=("--test-kv", "4", "--train-pool", "64"),
                            splits=("test", "test_shuffled", "test_kv4"),
                            rows=("exact", "favor_m8", "favor_iid", "relu", "identity"),
-                           tune_families=True, tune_steps=2)),
+                           tune_families=True, tune_steps=2, mechanism=True)),
     # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (README.md gives
     # the measured times); concatenated proteins at L = 1024 (README: why). Results: results/.
     "mini": Budget(
@@ -158,7 +161,7 @@ BUDGETS = {
                            seeds=(0, 1, 2), num_features=256, feature_sweep=(16, 64, 256, 1024),
                            data="mqar_zoology", data_flags=("--test-kv", "8,16"),
                            splits=ZOOLOGY_SPLITS, rows=ZOOLOGY_ROWS, tune_families=True,
-                           tune_steps=2000)),
+                           tune_steps=2000, mechanism=True)),
     # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
     # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
     "paper": Budget(

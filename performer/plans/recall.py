@@ -40,6 +40,7 @@ TUNE_SEED = 100  # the tuning runs' seed: apart from every replicate's
 TAYLOR_DIM = 16  # Based's feature_dim (its Fig. 3 uses 16 and 24): 1 + 16 + 256 features
 # Rows whose rate is their family's (Recall.tune_families): every FAVOR+ estimator of softmax
 # takes the rate chosen for FAVOR+ at the design's m, random-W ReLU's is deterministic ReLU's.
+SOFTMAX_ESTIMATORS = ("performer_softmax", "performer_favorpp", "performer_favorsharp")
 FAVOR_VARIANTS = ("favor_no_redraw", "favor_iid", "hyperbolic", "trig", "smreg", "favorpp",
                   "favorsharp", "simplex")
 
@@ -117,6 +118,15 @@ def _train(ctx, recall, study, task, row, lr, seed, stage):
                        study=study, settings=settings)
 
 
+def _rows_probe(train, evaluate, study):
+  """`performer recall-rows` on a replicate, after its eval (the checkpoint is still there):
+  <workdir>/recall_rows.json, which the archive keeps."""
+  out = os.path.join(train.workdir, "recall_rows.json")
+  return job_lib.Job(name=f"{train.name}_rows", kind="probe", study=study, needs=(evaluate.name,),
+                     command=("performer", "recall-rows", "--run", train.workdir, "--out", out),
+                     outputs=(out,))
+
+
 def jobs(ctx):
   return study_jobs(ctx, ctx.budget.recall, STUDY)
 
@@ -150,7 +160,14 @@ def study_jobs(ctx, recall, study):
           for row in names]
   if not runs:
     return out
-  out += runs + [j for r in runs for j in ctx.evaluated(r, recall.splits, study=study)]
+  out += runs
+  for r in runs:
+    evaluate, archive = ctx.evaluated(r, recall.splits, study=study)
+    if recall.mechanism and rows(recall)[r.settings["row"]][0] in SOFTMAX_ESTIMATORS:
+      probe = _rows_probe(r, evaluate, study)
+      out += [evaluate, probe, ctx.archive(r, probe, study=study)]
+    else:
+      out += [evaluate, archive]
   out.append(ctx.figure(study, ("recall", "--runs", *map(ctx.archived, runs)), f"{study}.png",
                         needs=[f"{j.name}_archive" for j in runs], study=study))
   return out

@@ -169,6 +169,11 @@ def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_sto
       for split, q in (("test_shuffled", p), ("test_kv4", p / 2)):
         open(f"{folder}/eval_{split}.json", "w").write(json.dumps(
             {"accuracy": q, "perplexity": 2.0, "step": step, "split": split}))
+      if row == "favor_m64":  # what recall-rows wrote
+        open(f"{folder}/recall_rows.json", "w").write(json.dumps({
+            "accuracy_favor": 0.6, "accuracy_exact_rows": 0.9 + seed / 100, "rows": [{
+                "l1": 1.2, "favor_answer": 0.3, "exact_answer": 0.8, "favor_max": 0.35,
+                "exact_max": 0.85}]}))
       if row == "exact":
         open(f"{folder}/stopped_early.json", "w").write(json.dumps({"step": 500}))
       else:  # valid accuracy climbs 0.5 pp per 500 steps to the cap
@@ -189,5 +194,8 @@ def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_sto
   assert "L16_kv2 test_kv4: no-binding ceiling" in rows
   record = json.loads((tmp_path / "z.json").read_text())["tasks"]["L16_kv2"]
   assert record["no_binding_ceiling"]["test"]["ceiling"] == ceiling
+  mechanism = (tmp_path / "z_mechanism.md").read_text()
+  assert "| L16_kv2 | FAVOR+ m=64 | 3 | 60.00 | 91.00 | 1.200 | 0.300 | 0.800 | 0.350 | 0.850 |" in (
+      mechanism)
   # Exact stopped early at 500 and FAVOR+ ran to the cap: compared, not refused for their steps.
   assert record["claims"][0]["verdict"] == "contradicted"

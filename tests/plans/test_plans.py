@@ -293,3 +293,35 @@ def test_the_seeds_decision_adds_seeds_only_to_the_models_of_its_claims(mini):
     assert after[name].command == before[name].command
   assert f"{mini.results}/runs/b_exact_seed4" in after["claims"].command
   assert after["b_performer_softmax_seed3"].settings["seed"] == 3
+
+
+def test_recall_conv_tunes_one_rate_per_family_and_reads_favors_rows_after_each_eval(mini):
+  design = mini.budget.recall_conv
+  rows = recall_plan.rows(design)
+  assert list(rows) == list(design.rows) and "reformer" not in rows and len(rows) == 18
+  jobs = {j.name: j for j in plans.build(mini) if j.study == "recall_conv"}
+  data = jobs["mqar_zoology_L64_kv4"]
+  assert data.command[-2:] == ("--test-kv", "8,16") and "--filler" not in data.command
+  tuned = sorted(j.settings["row"] for j in jobs.values() if j.kind == "train")
+  assert tuned == sorted([r for r in ("exact", "favor_m256", "relu", "elu_plus_one", "taylor",
+                                      "identity") for _ in range(3)])
+  tune = jobs["recall_conv_L64_kv4_favor_m256_lr0.003"]
+  assert "TrainConfig.steps=2000" in tune.bindings
+  assert any(g.endswith("gin/recall/zoology.gin") for g in tune.gin)
+  os.makedirs(mini.results)
+  chosen = {"exact": 0.01, "favor_m256": 0.003, "relu": 0.001, "elu_plus_one": 0.001,
+            "taylor": 0.001, "identity": 0.001}
+  with open(os.path.join(mini.results, "recall_conv_lr.json"), "w") as f:
+    json.dump({"chosen": {"L64_kv4": chosen}}, f)
+  after = {j.name: j for j in plans.build(mini) if j.study == "recall_conv"}
+  name = "recall_conv_L64_kv4_{}_s2"
+  for row, lr in (("favor_m16", 0.003), ("favorsharp", 0.003), ("relu_deterministic", 0.001)):
+    assert f"OptimConfig.learning_rate={lr!r}" in after[name.format(row)].bindings  # its family's
+    assert "TrainConfig.steps=2000" not in after[name.format(row)].bindings
+  assert after[name.format("trig") + "_eval"].command[-1] == "test,test_shuffled,test_kv8,test_kv16"
+  probe = after[name.format("favorpp") + "_rows"]  # FAVOR's rows read before the archive
+  assert probe.command[1] == "recall-rows" and probe.needs == (name.format("favorpp") + "_eval",)
+  assert after[name.format("favorpp") + "_archive"].needs == (probe.name,)
+  assert name.format("relu") + "_rows" not in after and name.format("exact") + "_rows" not in after
+  assert len([j for j in after.values() if j.kind == "train"]) == 6 * 3 + 18 * 3
+  plans.resolve(mini, list(after.values()) + [j for j in plans.build(mini) if j.study == "data"])
