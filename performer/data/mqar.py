@@ -335,16 +335,19 @@ def _cues(task, stream_of, count):
 def ceilings(task, split, *, examples=RULE_EXAMPLES):
   """Accuracy of rules that answer a query with no key-to-value binding, on `split`'s examples.
 
-  Each rule answers with the value of the context pair that most often held the query's key,
-  given only the query's rank among the queries ("rank"), its slot ("slot") or both
-  ("rank_slot"), fitted on `examples` examples of a stream of its own; "uniform" guesses one
-  of the kv values. A model that beats the highest ("ceiling") binds keys to values.
+  "rank_order" answers the r-th query (in position order) with the r-th context value, the
+  cue Zoology's query order leaves. The fitted rules answer with the value of the context
+  pair that most often held the query's key, given only the query's rank among the queries
+  ("rank"), its slot ("slot") or both ("rank_slot"), fitted on `examples` examples of a
+  stream of its own; "uniform" guesses one of the kv values. A model that beats the highest
+  ("ceiling") binds keys to values.
   """
   variant, code = split_task(task, split)
   kv = variant.num_kv
   fitted = _cues(variant, lambda i: [task.seed, _RULE_CODE + code, i], examples)
   tested = _cues(variant, lambda i: [task.seed, code, i], task.eval_examples)
-  out, sizes = {"uniform": 1.0 / kv}, (kv, variant.slots)
+  out = {"uniform": 1.0 / kv, "rank_order": float(np.mean(tested[0] == tested[2]))}
+  sizes = (kv, variant.slots)
   for name, keys in (("rank", (0,)), ("slot", (1,)), ("rank_slot", (0, 1))):
     shape = [sizes[k] for k in keys]
     cell = lambda cues, keys=keys, shape=shape: np.ravel_multi_index([cues[k] for k in keys],
@@ -420,5 +423,6 @@ def main(args):
         f"{result['chance_accuracy']:.2e}")
   for split, rules in result["no_binding_ceiling"].items():
     print(f"  {split}: no-binding ceiling {100 * rules['ceiling']:.2f}% (uniform "
-          f"{100 * rules['uniform']:.2f}%, rank cue {100 * rules['rank']:.2f}%, slot "
+          f"{100 * rules['uniform']:.2f}%, r-th query -> r-th value "
+          f"{100 * rules['rank_order']:.2f}%, fitted on rank {100 * rules['rank']:.2f}%, slot "
           f"{100 * rules['slot']:.2f}%)")

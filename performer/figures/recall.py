@@ -363,10 +363,11 @@ def ceilings(run, splits):
 
 def _ceiling_note(task, split, rules):
   pct = lambda k: f"{100 * rules[k]:.2f}%"
-  return (f"{task} {split}: no-binding ceiling {pct('ceiling')} (rules that answer from a "
-          f"query's rank among the queries {pct('rank')}, its slot {pct('slot')}, both "
-          f"{pct('rank_slot')}; a uniform guess among the context's values {pct('uniform')}; "
-          "data/mqar.py ceilings).")
+  return (f"{task} {split}: no-binding ceiling {pct('ceiling')} (the r-th query answered "
+          f"with the r-th context value {pct('rank_order')}; rules fitted on a query's rank "
+          f"among the queries {pct('rank')}, its slot {pct('slot')}, both {pct('rank_slot')}; "
+          f"a uniform guess among the context's values {pct('uniform')}; data/mqar.py "
+          "ceilings).")
 
 
 def _gate_note(task, gate):
@@ -382,9 +383,7 @@ def _gate_note(task, gate):
 def _draw(left, right, task, rows, means, ceiling=None):
   """Accuracy against state size (left) and against m (right) of one task; the test split's
   no-binding ceiling (`ceilings`) as a dotted line."""
-  styles = {}  # ten colours, then the next marker
-  for i, row in enumerate(r for r in rows if not r.startswith("favor_m") and r != "identity"):
-    styles[row] = {"color": f"C{i % 10}", "marker": "sD^v"[i // 10 % 4]}
+  styles = styles_of(rows)
   favor = sorted((r for r in rows if r.startswith("favor_m")),
                  key=lambda r: int(r.removeprefix("favor_m")))
 
@@ -435,6 +434,16 @@ def _draw(left, right, task, rows, means, ceiling=None):
                     (right, dict(loc="upper left"))):
     if ax.get_legend_handles_labels()[0]:  # a panel without rows (no random features) has none
       ax.legend(fontsize=7, **where)
+
+
+def styles_of(rows):
+  """{row: matplotlib style} of the rows drawn as markers (not FAVOR+'s m sweep, not identity):
+  one colour of tab20 per row of LABELS, fixed whatever rows a figure has."""
+  colours = plt.get_cmap("tab20").colors
+  names = list(LABELS)
+  return {row: {"color": colours[names.index(row) % len(colours)],
+                "marker": "sD^v"[names.index(row) % 4]}
+          for row in rows if not row.startswith("favor_m") and row != "identity"}
 
 
 def _num_features(run):

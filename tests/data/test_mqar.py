@@ -202,8 +202,9 @@ def test_no_binding_ceilings_against_a_rule_computed_here():
   rules = mqar.ceilings(task, "test", examples=6000)
   assert rules["uniform"] == 0.25
   assert direct > 0.265  # Zoology's order leaks the rank (the issue measured 28.45%)
+  assert rules["rank_order"] == pytest.approx(direct)
   assert rules["rank"] >= direct - 0.015 and rules["ceiling"] == max(
-      rules[k] for k in ("uniform", "rank", "slot", "rank_slot"))
+      rules[k] for k in ("uniform", "rank_order", "rank", "slot", "rank_slot"))
   shuffled = mqar.ceilings(task, "test_shuffled", examples=6000)
   assert abs(shuffled["rank"] - 0.25) < 0.03  # no cue left: a fitted rule is at chance
 

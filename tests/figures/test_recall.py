@@ -199,3 +199,11 @@ def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_sto
       mechanism)
   # Exact stopped early at 500 and FAVOR+ ran to the cap: compared, not refused for their steps.
   assert record["claims"][0]["verdict"] == "contradicted"
+
+
+def test_every_row_has_its_own_colour_whatever_rows_are_present():
+  every = recall.styles_of(list(recall.LABELS))
+  colours = [style["color"] for style in every.values()]
+  assert len(colours) == len(set(colours)) == len(recall.LABELS) - 1  # identity is a line
+  some = recall.styles_of(["smreg", "exact"])  # the colours of a row do not depend on the others
+  assert some["smreg"] == every["smreg"] and some["exact"] == every["exact"]
