@@ -130,3 +130,61 @@ def test_the_performers_growth_per_doubling_is_that_of_the_regular_model_table()
     growth += [b / a for a, b in zip(times, times[1:]) if a and b]
   assert len(growth) == 5
   assert f"linear ({min(growth):.1f}-{max(growth):.1f}x per doubling)" in text
+
+
+def test_inconclusive_claims_are_not_worded_as_findings():
+  # Issue 41 item 15: text that states as found what the rule left inconclusive (or decided
+  # for another quantity), and claims quoted without their scope.
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+  for phrase in ("not better than the Transformer in either direction",
+                 "Only the (B) Linformer's plateau is decided",
+                 "Trigonometric features lead to unstable training: reproduced",
+                 "redrawing is worth 0.77 pp", "nor does its absence break it",
+                 "does not lift them off the plateau. This agrees with",
+                 "With them every Table 2 claim's MDE is under its delta",
+                 "the models differ by less than a tenth of what attention gains"):
+    assert phrase not in text, phrase
+  assert "every Table 2 claim's MDE but the Linformer's (0.15 pp against delta 0.08)" in text
+  assert "with attention-only layers and 2,000 steps \"FAVOR+ matches exact\" is contradicted" in readme
+  assert "Table 2's own claim is \"ReLU is better\"" in text
+
+
+def test_the_first_recall_studys_no_binding_ceiling_is_computed_not_assumed():
+  # Issue 40: Zoology's query order leaks the key's rank; the ceiling quoted is the rule's.
+  from performer.data import mqar  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(RESULTS, "runs", "recall_L64_kv4_exact_s0", "dataset.json")) as f:
+    task = mqar.from_fingerprint(json.load(f)["fingerprint"])
+  rules = mqar.ceilings(task, "test")
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  assert f"not 25% on this test set but {100 * rules['ceiling']:.2f}%" in text
+  assert f"r-th context value scores {100 * rules['rank_order']:.2f}%" in text
+  assert "25% plateau" not in text
+  rows = open(os.path.join(RESULTS, "recall.md")).read()
+  assert f"no-binding ceiling {100 * rules['ceiling']:.2f}%" in rows
+
+
+def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_files():
+  # Issue 41 item 16.
+  from performer.experiments import speed  # pylint: disable=import-outside-toplevel
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  with open(os.path.join(RESULTS, "speed_targets_cpu.json")) as f:
+    rows = json.load(f)["rows"]
+  small, large = (next(r for r in rows if r["attention"] == "performer_softmax" and r["layer"]
+                       and r["direction"] == "causal" and r["mode"] == "fwdbwd" and r["L"] == n)
+                  for n in (4096, 32768))
+  slope = (large["xla_bytes"] - small["xla_bytes"]) / (32768 - 4096)
+  assert f"{slope:,.0f} bytes per token and a constant of " \
+         f"{(small['xla_bytes'] - 4096 * slope) / 1e6:.1f} MB" in text
+  assert f"add {(small['peak_bytes'] - small['xla_bytes']) / 1e6:.1f} and " \
+         f"{(large['peak_bytes'] - large['xla_bytes']) / 1e6:.1f} MB over the plan" in text
+  assert f"{(large['peak_bytes'] - small['peak_bytes']) / (32768 - 4096):,.0f} bytes per token" in text
+  with open(os.path.join(RESULTS, "speed_regular_cpu.json")) as f:
+    regular = json.load(f)["rows"]
+  crossing = speed.crossover(regular, config="regular", layer=False, direction="bidirectional",
+                             mode="fwdbwd")
+  assert f"(`speed_regular_cpu.json`, another run) crosses at {crossing:,}" in text
+  readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+  fig6 = len(glob.glob(os.path.join(RESULTS, "runs", "[ub]_*")))
+  assert f"({fig6} runs archived in results/runs/;" in readme
+  assert "`recall`, `recall_conv`" in readme and "`data`, `archive`;" in readme
