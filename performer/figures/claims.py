@@ -56,7 +56,8 @@ MOST_SEEDS = 5
 CONTROL = "Identity"
 COLUMNS = (Column("family"), Column("claim"), Column("paper"), Column("difference (pp)"),
            Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
-           Column("seeds"), Column("verdict"), Column("why"))
+           Column("seeds"), Column("verdict"), Column("why"),
+           Column("verdict with seeds paired (sensitivity)"))
 # Sweep settings that are replicates, not models: pooled within a group.
 REPLICATE_KEYS = ("seed", "feature_seed")
 # Settings every Fig. 6 run records; a group's key is what a run records beyond them.
@@ -183,8 +184,15 @@ def shown(loaded):
   return [c for c in CLAIMS if c.family in families]
 
 
-def decide(loaded, *, bootstrap=verdicts.BOOTSTRAP):
-  """(verdicts.Verdict per shown claim, {direction: Gate}) for loaded Runs."""
+def decide(loaded, *, bootstrap=verdicts.BOOTSTRAP, paired_seeds=False):
+  """(verdicts.Verdict per shown claim, {direction: Gate}) for loaded Runs.
+
+  paired_seeds: the sensitivity analysis beside the declared rule. Seed j of
+  every model shares its data order and mask draws, so the declared
+  independent-seeds interval may be too wide; paired, the seed part is a t
+  interval over per-seed differences. A claim whose two groups do not have
+  the same seeds is not tested paired.
+  """
   by_group = groups(loaded)
   reps, whys = {}, {}
   for key, group in by_group.items():
@@ -216,8 +224,12 @@ def decide(loaded, *, bootstrap=verdicts.BOOTSTRAP):
                               for m in missing)
     elif not _same_steps(by_group, a, b):
       notes[c.id] = f"({c.direction}) {_name(a)} and {_name(b)} were evaluated at different steps"
+    elif paired_seeds and [r.seed for r in by_group[a]] != [r.seed for r in by_group[b]]:
+      notes[c.id] = (f"({c.direction}) {_name(a)} and {_name(b)} have different seeds: not "
+                     "paired")
     else:
-      evidence[c.id] = verdicts.estimate(reps[a], reps[b], bootstrap=bootstrap)
+      evidence[c.id] = verdicts.estimate(reps[a], reps[b], bootstrap=bootstrap,
+                                         paired_seeds=paired_seeds)
   decided = verdicts.decide(claims, evidence, gates)
   decided = [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
                                                                 notes[v.claim.id])
@@ -255,15 +267,20 @@ def _same_steps(by_group, *keys):
   return len(steps) <= 1
 
 
-def rows(decided):
-  """Table rows: the verdict rule's cells, with the paper's evidence and delta."""
+def rows(decided, paired=()):
+  """Table rows: the verdict rule's cells, with the paper's evidence and delta, and the paired
+  sensitivity's verdict (`decide(..., paired_seeds=True)`) where given."""
   out = []
+  paired = {v.claim.id: v for v in paired}
   for v in decided:
     cells = verdicts.row(v)
     delta = cells["delta (pp)"] if v.claim.direction else ""
+    sensitivity = paired.get(v.claim.id)
+    shown = "-" if sensitivity is None or sensitivity.evidence is None else (
+        f"{sensitivity.verdict} ({sensitivity.reason})")
     out.append([v.claim.family, v.claim.id, v.claim.text, cells["difference (pp)"],
                 cells["95% interval (pp)"], cells["MDE (pp)"], delta, cells["seeds"], v.verdict,
-                v.reason])
+                v.reason, shown])
   return out
 
 
@@ -306,6 +323,7 @@ def render(run_dirs, out_path):
   csv_path(out_path)  # a wrong --out fails before reading
   loaded = runs.load_runs(run_dirs)
   decided, gates = decide(loaded)
+  paired, _ = decide(loaded, paired_seeds=True)
   wanted = more_seeds(loaded, decided)
   gate_notes = [_gate_note(d, g) for d, g in gates.items()]
   seed_note = (f"Seeds per model (at most {MOST_SEEDS}) that would bring an inconclusive claim's "
@@ -318,15 +336,21 @@ def render(run_dirs, out_path):
            + runs.SCORED,
            "The rule, the margins and why: the docstrings of performer/figures/claims.py and "
            "performer/verdicts.py.",
+           "Sensitivity (not the declared rule): seed j of every model shares its data order "
+           "and (B) mask draws, so the last column decides each claim again with seeds paired "
+           "(a t interval over per-seed differences); '-' where the two models do not have the "
+           "same seeds.",
            ("Paper: Sec. 4.3 and Fig. 6 (36 layers, L = 1024), numbers from Table 2 (App. C.3); "
             "'Performer (generalized)' is Performer-ReLU. Fig. 5: Sec. 4.2 (its claims are about "
             "PG-19; here the protein fine-tunes); Fig. 15: App. D.2; Fig. 16: App. D.3.")]
   written = write_table(out_path, "Paper claims on proteins, decided by the verdict rule",
-                        COLUMNS, rows(decided), notes)
+                        COLUMNS, rows(decided, paired), notes)
   json_path = os.path.splitext(out_path)[0] + ".json"
   record = {"gates": {d: gate_record(g) for d, g in gates.items()},
             "claims": [{"id": v.claim.id, "kind": v.claim.kind, "verdict": v.verdict,
                         "reason": v.reason} for v in decided],
+            "paired_sensitivity": [{"id": v.claim.id, "verdict": v.verdict, "reason": v.reason}
+                                   for v in paired if v.evidence is not None],
             "more_seeds": wanted}
   with atomic_path(json_path) as tmp, open(tmp, "w") as f:
     json.dump(record, f, indent=1)

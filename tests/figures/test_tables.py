@@ -222,13 +222,16 @@ def test_table2_cli_default_out_in_the_runs_parent(tmp_path, make_run, capsys):
 SEQUENCES, TOKENS = 200, 100
 
 
-def _model_runs(make_run, rng, attention, causal, accuracy, seeds=3, more=None, **kw):
-  """Run folders of one model: per-sequence test evals around `accuracy` (seed sd 0.1 pp);
-  `more`: settings recorded beyond direction, attention and seed (an appendix study's)."""
+def _model_runs(make_run, rng, attention, causal, accuracy, seeds=3, more=None, offsets=None,
+                **kw):
+  """Run folders of one model: per-sequence test evals around `accuracy` (seed sd 0.1 pp, or
+  the given per-seed `offsets`); `more`: settings recorded beyond direction, attention and seed
+  (an appendix study's)."""
   d = "u" if causal else "b"
   folders = []
   for seed in range(seeds):
-    p = np.clip(accuracy + rng.normal(0, 0.001) + rng.normal(0, 0.02, SEQUENCES), 0, 1)
+    offset = rng.normal(0, 0.001) if offsets is None else offsets[seed]
+    p = np.clip(accuracy + offset + rng.normal(0, 0.02, SEQUENCES), 0, 1)
     correct = rng.binomial(TOKENS, p).astype(np.float32)
     acc = float(correct.sum() / (TOKENS * SEQUENCES))
     name = "_".join([d, attention, *map(str, (more or {}).values()), str(seed)])
@@ -277,6 +280,24 @@ def test_claims_follow_the_verdict_rule_where_attention_matters(tmp_path, make_r
   assert record["gates"]["U"]["seeds"] == [3, 3]
   assert {c["id"]: c["verdict"] for c in record["claims"]}["U: ReLU better than Transformer"] \
       == "reproduced"
+
+
+def test_the_paired_sensitivity_removes_what_a_seed_shares_across_models(tmp_path, make_run):
+  # Seed j moves every model alike (its data order and masks): independent seeds see that
+  # spread, paired seeds do not. The declared verdict stays; the sensitivity column differs.
+  rng = np.random.default_rng(4)
+  shared = [0.02, -0.015, 0.005, -0.01, 0.015]
+  models = {"exact": 0.30, "identity": 0.10, "performer_relu": 0.315}
+  folders = [f for att, acc in models.items()
+             for f in _model_runs(make_run, rng, att, True, acc, seeds=5, offsets=shared)]
+  rows, text = _decided(tmp_path, folders)
+  relu = rows["U: ReLU better than Transformer"]
+  assert relu["verdict"] == "inconclusive"
+  assert relu["verdict with seeds paired (sensitivity)"].startswith("reproduced")
+  assert "Sensitivity (not the declared rule)" in text
+  record = json.load(open(tmp_path / "claims.json"))
+  assert {c["id"]: c["verdict"] for c in record["paired_sensitivity"]}[
+      "U: ReLU better than Transformer"] == "reproduced"
 
 
 def test_without_a_gain_over_the_control_claims_are_not_testable(tmp_path, make_run):
