@@ -50,3 +50,26 @@ def test_readme_links_stay_inside_the_repository():
   for target in re.findall(r"\]\(([^)#\s]+)\)", text):
     if not target.startswith(("http://", "https://")):
       assert os.path.exists(os.path.join(root, target)), target
+
+
+def test_the_layer_example_is_causal_redraws_w_and_keeps_w_out_of_the_parameters():
+  import jax  # pylint: disable=import-outside-toplevel
+  from performer import favor  # pylint: disable=import-outside-toplevel
+  with open(README) as f:
+    text = f.read()
+  code = re.search(r"```python\n(import jax\nimport jax.numpy as jnp\nfrom flax import nnx\n"
+                   r"from performer import attention\n.*?)```", text, re.S)
+  assert code, "README lost its attention layer example"
+  scope = {}
+  exec(code.group(1), scope)  # pylint: disable=exec-used
+  layer, x, y = scope["layer"], scope["x"], scope["y"]
+  assert y.shape == (2, 128, 64)
+  drawn = layer.attn.W[...]
+  np.testing.assert_array_equal(drawn, favor.projection(
+      jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 0), 1), 128, 16, "orthogonal",
+      "chi"))  # step 1's W: a function of (seed, layer, step)
+  later = x.at[:, 100:].set(0.0)
+  np.testing.assert_allclose(layer(later)[:, :100], layer(x)[:, :100], atol=1e-6)  # causal
+  params = jax.tree.leaves(scope["trained"])
+  assert all(p.shape != drawn.shape for p in params) and len(params) == 4  # two kernels, biases
+  assert not np.allclose(layer(x), y)  # the redrawn W changes the output
