@@ -88,8 +88,10 @@ def _panel(ax, direction, groups, metric, zoom=False):
   ax.set_ylabel(METRICS[metric])
   ax.set_title(SCORED[direction], fontsize=10)
   ax.grid(True, alpha=0.3)
-  ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1),
-            borderaxespad=0)  # beside the panel: inside, it covers curves
+  # Under the panel, two columns: inside it covers curves, beside it leaves the zoomed panel
+  # below with a blank as wide as the legend.
+  ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+            ncol=2, borderaxespad=0)
   return drawn
 
 
@@ -130,9 +132,10 @@ def _baseline(groups, direction, metric):
 
 
 def step_axis(ax, label="step"):
-  """A linear step axis: whole steps only (a run of 3 steps gets no tick at 0.5)."""
+  """A linear step axis: whole steps only (a run of 3 steps gets no tick at 0.5), at most six
+  ticks (more collide: '9001050')."""
   ax.set_xlabel(label)
-  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
 
 
 def render(run_dirs, out_path, metric="accuracy"):
@@ -156,7 +159,7 @@ def render(run_dirs, out_path, metric="accuracy"):
   groups = runs.by_model(loaded)
   check_figure_path(out_path)  # before drawing, not after
   directions = [d for d in runs.DIRECTIONS if any(key[0] == d for key in groups)]
-  fig, axes = plt.subplots(2, len(directions), figsize=(6.5 * len(directions), 7.0),
+  fig, axes = plt.subplots(2, len(directions), figsize=(6.5 * len(directions), 8.5),
                            squeeze=False, layout="constrained", height_ratios=(3, 2))
   drawn = sum(_panel(ax, d, groups, metric) for ax, d in zip(axes[0], directions))
   for ax, d in zip(axes[1], directions):

@@ -120,3 +120,16 @@ def test_a_run_stopped_by_a_nan_is_named_in_the_legend(tmp_path, monkeypatch, ma
   legend = [t.get_text() for t in u.get_legend().get_texts()]
   assert legend[0] == "Transformer (mean of 2 seeds, band: their range); u1 NaN at step 15"
   assert list(_lines(u)["(U) Transformer train"].get_xdata()) == [10]  # the steps both logged
+
+
+def test_step_ticks_do_not_collide():
+  # Issue 41 item 20: ticks every 150 steps to 1,200 printed "9001050" on a panel.
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  from performer.figures import curves  # pylint: disable=import-outside-toplevel
+  fig, ax = plt.subplots(figsize=(4, 3))
+  ax.plot([0, 1200], [0, 1])
+  curves.step_axis(ax)
+  fig.canvas.draw()
+  ticks = [t for t in ax.get_xticks() if 0 <= t <= 1200]
+  plt.close(fig)
+  assert len(ticks) <= 6 and all(t == int(t) for t in ticks)
