@@ -188,3 +188,10 @@ def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_fi
   fig6 = len(glob.glob(os.path.join(RESULTS, "runs", "[ub]_*")))
   assert f"({fig6} runs archived in results/runs/;" in readme
   assert "`recall`, `recall_conv`" in readme and "`data`, `archive`;" in readme
+
+
+def test_the_texts_give_dates_and_runs_not_how_the_work_was_organised():
+  # Issue 41 item 18: sessions and issues are how the work was organised, not what ran.
+  for path in (os.path.join(ROOT, "README.md"), os.path.join(RESULTS, "README.md")):
+    text = " ".join(open(path).read().split())
+    assert not re.search(r"\bsessions?\b|\bthe issue\b|issue's|issue \d+", text, re.I), path
