@@ -38,7 +38,8 @@ class Flags:
                           metavar="NAME[,NAME...]", shown="every study")
   launcher: str = flag("local", "local: run here, --jobs at a time; slurm: one sbatch per job, "
                        "with afterok dependencies (scripts/slurm/job.sbatch); print: the "
-                       "commands, in an order that respects needs, for any other scheduler",
+                       "commands, in an order that respects needs, for any other scheduler (each "
+                       "`performer reproduce ... --job NAME`, which records the job)",
                        choices=LAUNCHERS)
   jobs: int | None = flag(None, "local: jobs at a time, each pinned to its share of the cores",
                           shown="2 for tiny and mini, 1 for paper")
@@ -101,7 +102,7 @@ def main(args):
   if args.job:  # a SLURM job's step: its needs have ended, and it is its own SLURM job
     return local.run_one(plan, args.job, say=say)
   if args.launcher == "print":
-    print("\n".join(commands(plan)))
+    print("\n".join(commands(plan, plan_args(args, ctx))))
     return 0
   if args.launcher == "slurm" and not args.dry_run:
     slurm.check_sbatch()  # before any folder is made
@@ -148,8 +149,13 @@ def _check_flags(args):
       raise UserError(f"--job runs one job here, in the foreground: drop {', '.join(extra)}")
 
 
-def commands(plan):
-  """The shell command of each unfinished job, in an order that respects needs."""
+def commands(plan, plan_flags=None):
+  """The shell command of each unfinished job, in an order that respects needs.
+
+  With `plan_flags` (`plan_args`; --launcher print), each is `performer reproduce <plan_flags>
+  --job NAME`, as a SLURM job runs it: the job writes its stamp and log, so `--status` and the
+  launchers know it ran. Without (--dry-run), the job's own command.
+  """
   lines = [f"# {len(plan.jobs)} jobs of the {plan.ctx.budget.name} plan; finished ones are left out"]
   for job in plan.jobs:
     kind, detail = state.state(plan, job)
@@ -158,7 +164,9 @@ def commands(plan):
     if not job.command:
       lines.append(f"# {job.name}: {detail or 'prepared elsewhere'}")
       continue
-    lines.append(" ".join(shlex.quote(w) for w in local.argv(job)))  # this interpreter's performer
+    argv = (local.argv(job) if plan_flags is None else  # this interpreter's performer
+            [*local.executable(), "reproduce", *plan_flags, "--job", job.name])
+    lines.append(" ".join(shlex.quote(w) for w in argv))
   return lines
 
 

@@ -223,27 +223,24 @@ def test_a_job_whose_launcher_died_runs_again(tmp_path):
   assert state.state(plan, plan["a"])[0] == "done"
 
 
-def test_print_lists_each_unfinished_job_after_what_it_needs(tmp_path, capsys):
-  status = cli.main(["reproduce", "--launcher", "print", "--only", "fig5_u_trig",
-                     "--runs", str(tmp_path), "--results", str(tmp_path / "results")])
+def test_print_lists_each_unfinished_job_after_what_it_needs_as_a_recorded_job(tmp_path, capsys):
+  flags = ["--only", "fig5_u_trig", "--runs", str(tmp_path), "--results", str(tmp_path / "r")]
+  status = cli.main(["reproduce", "--launcher", "print", *flags])
   lines = capsys.readouterr().out.splitlines()
   assert status == 0 and lines[0].startswith("# 5 jobs of the mini plan")
-  assert [line.split()[1] for line in lines[1:]] == [
-      os.path.join(ROOT, "scripts", "get_swissprot.sh"), "label-pfam", "prepare-trembl", "train",
-      "train"]
-  assert lines[4].endswith(f"--workdir {tmp_path}/u_exact")
-  assert f"TrainConfig.init_from='{tmp_path}/u_exact'" in shlex.split(lines[5])  # shell-quoted
-
-
-def test_print_names_this_interpreter_s_performer_not_whichever_is_on_path(tmp_path, capsys):
-  assert cli.main(["reproduce", "--launcher", "print", "--only", "fig5_u_trig",
-                   "--runs", str(tmp_path), "--results", str(tmp_path / "results")]) == 0
-  commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()[1:]]
+  commands = [shlex.split(line) for line in lines[1:]]
   prefix = local.executable()  # the venv's performer script, else python -m performer.cli
-  assert os.path.isabs(prefix[0]) and not any(c[0] == "performer" for c in commands)
-  assert [c[len(prefix)] for c in commands if c[:len(prefix)] == prefix] == [
-      "label-pfam", "prepare-trembl", "train", "train"]
+  assert os.path.isabs(prefix[0]) and all(c[:len(prefix)] == prefix for c in commands)
+  # Each runs one job the way a SLURM job does (`--job`: stamp and log, so --status sees it).
+  assert [c[-2:] for c in commands] == [["--job", n] for n in (
+      "swissprot", "pfam_labels", "proteins", "u_exact", "fig5_u_trig")]
+  assert all(c[len(prefix)] == "reproduce" and f"--runs={tmp_path}" not in c and
+             c[c.index("--runs") + 1] == str(tmp_path) for c in commands)
   assert subprocess.run([*prefix, "--version"], capture_output=True, check=False).returncode == 0
+  # The dry run still shows each job's own command.
+  assert cli.main(["reproduce", "--dry-run", *flags]) == 0
+  raw = capsys.readouterr().out.splitlines()
+  assert shlex.split(raw[-1])[len(prefix)] == "train" and raw[-2].endswith(f"--workdir {tmp_path}/u_exact")
 
 
 FAKE_SBATCH = textwrap.dedent("""\
