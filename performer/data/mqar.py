@@ -54,7 +54,7 @@ FILLERS = ("random", "zero")
 QUERY_ORDERS = ("context", "shuffled")
 # Options added after the first folders were written: what a manifest without them meant.
 LEGACY = {"filler": "zero", "query_order": "context", "train_pool": 0, "test_kv": ()}
-RULE_EXAMPLES = 20000  # examples a no-binding rule is fitted on (ceilings); its own stream
+RULE_EXAMPLES = 200_000  # query draws a no-binding rule is fitted on (ceilings): 0.3 s a split
 MAX_VOCAB = 2**31 - 1  # token ids are int32
 MAX_SEQ_LEN = 2**31 - 1  # positions are int32
 # Host memory to generate one example (or stats.json), per token of L: measured 12 bytes
@@ -321,15 +321,25 @@ def stats(task):
                                  for split in task.splits if split.startswith("test")}}
 
 
-def _cues(task, stream_of, count):
-  """(rank, slot, truth) [count * kv] int arrays of `count` examples: each query's rank among
-  the example's queries (position order), its slot, and its key's index in the context."""
-  rows = [_example(task, stream_of(i))[2] for i in range(count)]
-  positions = np.stack(rows)  # [count, kv]: query j answers context pair j
+def _cues(task, positions):
+  """(rank, slot, truth) [N kv] int arrays of query positions [N, kv] (query j answers context
+  pair j): each query's rank among its example's queries, its slot, its key's context index."""
   rank = np.argsort(np.argsort(positions, axis=1), axis=1)
   slot = (positions - 2 * task.num_kv) // 2
   truth = np.broadcast_to(np.arange(task.num_kv), positions.shape)
   return rank.ravel(), slot.ravel(), truth.ravel()
+
+
+def _drawn_positions(task, rng, count):
+  """Query positions [count, kv] of `count` examples drawn as `_example` draws them, at once:
+  sampling kv slots without replacement with probabilities p, in draw order, is taking the kv
+  largest log p_i + Gumbel noise in decreasing order."""
+  p = slot_probabilities(task.slots, task.power_a)
+  noisy = np.log(p) + rng.gumbel(size=(count, task.slots))
+  slots = np.argsort(-noisy, axis=1)[:, :task.num_kv]
+  if task.query_order == "shuffled":
+    slots = rng.permuted(slots, axis=1)
+  return 2 * task.num_kv + 2 * slots
 
 
 def ceilings(task, split, *, examples=RULE_EXAMPLES):
@@ -344,8 +354,10 @@ def ceilings(task, split, *, examples=RULE_EXAMPLES):
   """
   variant, code = split_task(task, split)
   kv = variant.num_kv
-  fitted = _cues(variant, lambda i: [task.seed, _RULE_CODE + code, i], examples)
-  tested = _cues(variant, lambda i: [task.seed, code, i], task.eval_examples)
+  rng = np.random.default_rng([task.seed, _RULE_CODE + code])
+  fitted = _cues(variant, _drawn_positions(variant, rng, examples))
+  tested = _cues(variant, np.stack([_example(variant, [task.seed, code, i])[2]
+                                    for i in range(task.eval_examples)]))
   out = {"uniform": 1.0 / kv, "rank_order": float(np.mean(tested[0] == tested[2]))}
   sizes = (kv, variant.slots)
   for name, keys in (("rank", (0,)), ("slot", (1,)), ("rank_slot", (0, 1))):

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from performer import favor
+from performer import attention, favor
 from performer.attention.performer import PerformerAttention
 from performer.data import mqar, pipeline
 from performer.errors import UserError
@@ -89,14 +89,17 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
       --examples < 1.
   """
   from performer.experiments import trained  # pylint: disable=import-outside-toplevel
+  from performer.train.config import Config  # pylint: disable=import-outside-toplevel
   if cfg.examples < 1:
     raise UserError(f"--examples must be >= 1, got {cfg.examples}")
-  run_cfg, model, step = trained.load(cfg.run)
-  if mqar.load(run_cfg.data.path) is None:
-    raise UserError(f"{cfg.run}: not an MQAR run (its data is {run_cfg.data.path})")
-  if not all(isinstance(b.attn, PerformerAttention) for b in model.blocks):
+  run_cfg = Config.load(cfg.run)  # what the run is, before its checkpoint is read
+  if not {"kernel", "num_features"} <= set(attention.info(run_cfg.model.attention).defaults):
     raise UserError(f"{cfg.run}: a {run_cfg.model.attention} model; recall-rows reads FAVOR's "
                     "rows of Performer models")
+  if mqar.load(run_cfg.data.path) is None:
+    raise UserError(f"{cfg.run}: not an MQAR run (its data is {run_cfg.data.path})")
+  run_cfg, model, step = trained.load(cfg.run)
+  assert all(isinstance(b.attn, PerformerAttention) for b in model.blocks)
   data = dataclasses.replace(run_cfg.data, batch_size=min(cfg.examples, 256))
   batches = pipeline.batches(data, cfg.split, causal=True)
   sums = {k: 0.0 for k in ("l1", "favor_max", "exact_max", "favor_answer", "exact_answer",

@@ -228,3 +228,17 @@ def test_bad_generator_options_get_one_line_errors(tmp_path, capsys, flags, mess
   assert cli.main(["prepare-mqar", "--out", str(tmp_path / "t"), *flags]) == 2
   assert re.search(message, capsys.readouterr().err)
   assert not (tmp_path / "t").exists()
+
+
+def test_the_rules_draws_follow_the_generators_law():
+  # ceilings fits its rules on Gumbel top-k draws: the same law as example()'s sequential
+  # draws without replacement (first and second draw compared with the generator's own).
+  n = 4000
+  drawn = mqar._drawn_positions(TASK, np.random.default_rng(0), n)  # pylint: disable=protected-access
+  generated = np.stack([mqar.example(TASK, 11, "train", i)[2] for i in range(n)])
+  for j in (0, 1):
+    a, b = (np.bincount((x[:, j] - 8) // 2, minlength=TASK.slots) for x in (drawn, generated))
+    keep = (a + b) >= 10
+    table = np.stack([np.append(a[keep], a[~keep].sum()), np.append(b[keep], b[~keep].sum())])
+    assert stats.chi2_contingency(table)[1] > 1e-3, j
+  assert all(len(set(row)) == 4 for row in drawn)

@@ -1,5 +1,6 @@
 """recall-rows: FAVOR's rows on a trained recall model's own q, k against exact softmax."""
 
+import json
 import os
 
 import jax.numpy as jnp
@@ -56,8 +57,15 @@ def test_favor_rows_reproduce_the_model_and_exact_rows_are_softmax_of_its_q_and_
 
 
 def test_runs_it_cannot_read_get_one_line_errors(tmp_path):
-  run = _train(tmp_path, "exact", "exact", {})
+  run = tmp_path / "exact"  # what the run is comes from its config, before any checkpoint
+  run.mkdir()
+  mqar.prepare(mqar.MQARConfig(vocab_size=32, seq_len=16, num_kv=2, eval_examples=4),
+               str(tmp_path / "mqar"))
+  configurables.parse([os.path.join(ROOT, "gin/recall/base.gin")], [
+      f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
+      "ModelConfig.attention = 'exact'"])
+  (run / "config.json").write_text(json.dumps(configurables.resolve().to_json()))
   with pytest.raises(UserError, match="a exact model; recall-rows reads FAVOR's rows"):
-    recall_rows.run(recall_rows.RowsConfig(run=run))
+    recall_rows.run(recall_rows.RowsConfig(run=str(run)))
   with pytest.raises(UserError, match="--examples must be >= 1"):
     recall_rows.run(recall_rows.RowsConfig(run=run, examples=0))
