@@ -83,9 +83,9 @@ def _eval(args):
   import jax  # pylint: disable=import-outside-toplevel
   from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
   splits = flags.split(args.split)
-  bad = [s for s in splits if s not in ("valid", "test", "ood")] or ([] if splits else [args.split])
-  if bad:
-    raise UserError(f"--split: {bad[0]!r} is not valid, test or ood")
+  if not splits or "train" in splits:  # any other name: the dataset says whether it has it
+    raise UserError(f"--split: {args.split!r} names no evaluation split (valid, test, ood, or "
+                    "an MQAR task's test_shuffled and test_kv<n>)")
   evaluate.check_mask_draws(args.mask_draws)  # before joining the other processes
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
@@ -199,8 +199,9 @@ def _parser(only=None):
     p = add("eval", EVAL_SUMMARY, EVAL_DESCRIPTION)
     p.add_argument("--workdir", required=True, help="a `performer train` workdir")
     p.add_argument("--split", default="test",
-                   help="valid, test or ood, or several comma-separated (test,ood: one restore "
-                        "and compile for both) (default test)")
+                   help="valid, test or ood (an MQAR task also test_shuffled, test_kv<n>), or "
+                        "several comma-separated (test,ood: one restore and compile for both) "
+                        "(default test)")
     p.add_argument("--mask-draws", type=int, default=evaluate.MASK_DRAWS, metavar="N",
                    help="(B) models: score N independent draws of the masks, summed, for a "
                         "smaller sampling error; (U) models have none; 1 to "

@@ -615,3 +615,24 @@ def test_a_run_trained_before_new_options_existed_resumes_and_keeps_its_dataset(
   mqar.prepare(dataclasses.replace(old, filler="random"), str(tmp_path / "new"))
   with pytest.raises(UserError, match="filler is 'random' there and was 'zero'"):
     resume.check_dataset(str(run), str(tmp_path / "new"))
+
+
+def test_eval_reads_an_mqar_tasks_own_test_splits_and_refuses_what_it_lacks(tmp_path, capsys):
+  from performer.data import mqar  # pylint: disable=import-outside-toplevel
+  task = mqar.MQARConfig(vocab_size=32, seq_len=16, num_kv=2, eval_examples=6, test_kv=(3,))
+  mqar.prepare(task, str(tmp_path / "mqar"))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  configurables.parse([os.path.join(root, "gin/recall/base.gin")], [
+      f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
+      "DataConfig.batch_size = 4", "ModelConfig.d_model = 16", "TrainConfig.steps = 2",
+      "TrainConfig.eval_every = 2", "TrainConfig.checkpoint_every = 2"])
+  loop.run(configurables.resolve(), str(tmp_path / "run"), progress=False)
+  run = str(tmp_path / "run")
+  assert cli.main(["eval", "--workdir", run, "--split", "test,test_shuffled,test_kv3"]) == 0
+  for split, queries in (("test", 2), ("test_shuffled", 2), ("test_kv3", 3)):
+    assert json.load(open(f"{run}/eval_{split}.json"))["tokens"] == 6 * queries
+  capsys.readouterr()
+  assert cli.main(["eval", "--workdir", run, "--split", "test_kv9"]) == 2
+  assert "no 'test_kv9' split" in capsys.readouterr().err
+  assert cli.main(["eval", "--workdir", run, "--split", "train"]) == 2
+  assert "names no evaluation split" in capsys.readouterr().err
