@@ -50,7 +50,7 @@ class RowsConfig:
 CONFIG = RowsConfig
 
 
-def _matrices(model, q, k, mask, block):
+def _matrices(q, k, mask, block):
   """(FAVOR's matrix as the layer computes it, exact softmax's), [B, H, L, L] float32 each."""
   att = block.attn
   params = att.kernel_parameters(q.shape[0])
@@ -70,7 +70,7 @@ def _apply(model, tokens, mask, positions, use_exact):
   for block in model.blocks:
     x = block.attention_input(x)
     q, k, v = block.heads(x)
-    ours, exact = _matrices(model, q, k, mask, block)
+    ours, exact = _matrices(q, k, mask, block)
     pick = lambda a: jnp.take_along_axis(a, positions[:, None, :, None], axis=2)
     rows.append((pick(ours), pick(exact)))
     matrix = exact if use_exact else ours

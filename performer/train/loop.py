@@ -144,20 +144,21 @@ def run(cfg, workdir, *, progress=True, records=None):
           writer.write(done, row, "train")
           bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}")
           pending, tick = [], time.perf_counter()
+        reached = False
         if evaluate_now:
           last_valid = validate()
           writer.write(done, last_valid, "valid")
           # Weights that score NaN on valid are no good checkpoint, whatever the train loss said.
           divergence.stop_if_invalid(workdir, done, last_valid, ckpt.latest_step(), cfg.model)
-          if early_stop.reached(train, last_valid):
-            ckpt.save(done, model, optimizer, {"step": done})
-            if jax.process_index() == 0:
-              early_stop.record(workdir, done, last_valid, train.stop_accuracy)
-            say(f"stopped at step {done}: validation accuracy {last_valid['accuracy']:.4f} >= "
-                f"TrainConfig.stop_accuracy {train.stop_accuracy:g}")
-            break
-        if save:
+          reached = early_stop.reached(train, last_valid)
+        if save or reached:
           ckpt.save(done, model, optimizer, {"step": done})
+        if reached:
+          if jax.process_index() == 0:
+            early_stop.record(workdir, done, last_valid, train.stop_accuracy)
+          say(f"stopped at step {done}: validation accuracy {last_valid['accuracy']:.4f} >= "
+              f"TrainConfig.stop_accuracy {train.stop_accuracy:g}")
+          break
         if stopping and done < train.steps:
           bar.close()
           say(f"interrupted: saved checkpoint {done}; the same command resumes from step {done}",
