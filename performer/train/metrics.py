@@ -10,6 +10,7 @@ per-token loss into a word-level one; the row records that multiplier.
 import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -17,7 +18,7 @@ import optax
 def sums(logits, targets, weights):
   """Per-batch sums: logits [B, L, V], targets [B, L] int, weights [B, L] in {0, 1}."""
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  correct = top1(logits, targets).astype(jnp.float32)
   return {"loss_sum": jnp.sum(nll * weights), "correct_sum": jnp.sum(correct * weights),
           "tokens": jnp.sum(weights)}
 
@@ -25,9 +26,25 @@ def sums(logits, targets, weights):
 def example_sums(logits, targets, weights):
   """sums() per example: loss_sum, correct_sum, tokens, each [B] (for per-sequence eval files)."""
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  correct = top1(logits, targets).astype(jnp.float32)
   return {"loss_sum": jnp.sum(nll * weights, -1), "correct_sum": jnp.sum(correct * weights, -1),
           "tokens": jnp.sum(weights, -1)}
+
+
+def top1(logits, targets):
+  """jnp.argmax(logits, -1) == targets, bool [...]; logits [..., V], targets [...] int.
+
+  The same answer, ties (the first index wins) and NaN (the first NaN wins)
+  included, from comparisons with the target's logit and one OR-reduction:
+  XLA's CPU argmax, a reduction over (value, index) pairs, took 12x longer
+  over [512, 8192] logits, about a tenth of the recall study's train step.
+  """
+  target = jnp.take_along_axis(logits, targets[..., None], -1)
+  before = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1) < targets[..., None]
+  finite = ~jnp.isnan(target)
+  beaten = (jnp.isnan(logits) & (before | finite)) | (
+      finite & ((logits > target) | ((logits == target) & before)))
+  return ~jnp.any(beaten, -1)
 
 
 def add(a, b):
