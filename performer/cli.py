@@ -16,7 +16,9 @@ import importlib
 import importlib.metadata
 import json
 import os
+import signal
 import sys
+import threading
 
 from performer import flags
 from performer.errors import UserError
@@ -86,6 +88,9 @@ def _eval(args):
   if not splits or "train" in splits:  # any other name: the dataset says whether it has it
     raise UserError(f"--split: {args.split!r} names no evaluation split (valid, test, ood, or "
                     "an MQAR task's test_shuffled and test_kv<n>)")
+  twice = sorted({s for s in splits if splits.count(s) > 1})
+  if twice:
+    raise UserError(f"--split names {', '.join(twice)} twice")
   evaluate.check_mask_draws(args.mask_draws)  # before joining the other processes
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
@@ -189,7 +194,8 @@ def _parser(only=None):
     from performer.train import distributed  # pylint: disable=import-outside-toplevel
     p = add("train", TRAIN_SUMMARY, TRAIN_DESCRIPTION)
     flags.add(p, configurables.GinFlags)
-    p.add_argument("--workdir", required=True, help="folder for logs, checkpoints and results")
+    p.add_argument("--workdir", required=True, type=flags.folder,
+                   help="folder for logs, checkpoints and results")
     flags.add(p, distributed.ClusterFlags)
     p.set_defaults(func=_train)
   else:
@@ -197,7 +203,8 @@ def _parser(only=None):
   if wanted("eval"):
     from performer.train import distributed, evaluate  # pylint: disable=import-outside-toplevel
     p = add("eval", EVAL_SUMMARY, EVAL_DESCRIPTION)
-    p.add_argument("--workdir", required=True, help="a `performer train` workdir")
+    p.add_argument("--workdir", required=True, type=flags.folder,
+                   help="a `performer train` workdir")
     p.add_argument("--split", default="test",
                    help="valid, test or ood (an MQAR task also test_shuffled, test_kv<n>), or "
                         "several comma-separated (test,ood: one restore and compile for both) "
@@ -263,6 +270,14 @@ def main(argv=None):
   args, unknown = parser.parse_known_args(argv)
   if unknown:
     parser.subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+  # SIGTERM and SIGHUP (a closed terminal) stop a command as Ctrl-C does, so that what it
+  # holds is cleaned up (a dataset's .partial folder and .lock); train and reproduce install
+  # their own handlers while they run, and a signal ignored (nohup) stays ignored.
+  previous = ({s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+              if threading.current_thread() is threading.main_thread() else {})
+  for s, handler in previous.items():
+    if handler == signal.SIG_DFL:
+      signal.signal(s, _interrupt)
   try:
     return args.func(args) or 0
   except UserError as e:
@@ -271,6 +286,14 @@ def main(argv=None):
   except KeyboardInterrupt:
     print(f"performer {args.command}: interrupted", file=sys.stderr)
     return 130
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+
+
+def _interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

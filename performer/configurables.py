@@ -45,6 +45,7 @@ def resolve():
                                                          "TrainConfig", "MeshConfig"))
   except (ValueError, TypeError) as e:
     raise UserError(f"invalid configuration: {str(e).splitlines()[0]}") from None
+  _check_data_fields_unbound()
   vocab = pipeline.vocab_ids(data)
   try:
     model = build("ModelConfig", vocab_size=vocab.size, max_len=data.seq_len)
@@ -73,6 +74,7 @@ def settings(*, changed_only=False):
   Raises:
     UserError: an invalid configuration, as resolve() raises it.
   """
+  _check_data_fields_unbound()
   try:
     parts = {name: build(cls) for name, cls in (("data", "DataConfig"), ("optim", "OptimConfig"),
                                                 ("train", "TrainConfig"), ("mesh", "MeshConfig"))}
@@ -98,9 +100,21 @@ def settings(*, changed_only=False):
   return values
 
 
+def _check_data_fields_unbound():
+  """The model's vocabulary and length come from the data; a binding of them would be ignored
+  while config.gin records it, so it is refused."""
+  for field, source in (("vocab_size", "the dataset's vocabulary"),
+                        ("max_len", "DataConfig.seq_len")):
+    try:
+      gin.query_parameter(f"ModelConfig.{field}")
+    except ValueError:
+      continue
+    raise UserError(f"ModelConfig.{field} is set from {source}; remove its binding")
+
+
 # Backend options added after finished runs were fingerprinted: left out at their default, so
 # that those runs (and their archives) still match; any other default is fingerprinted resolved.
-LATER_OPTIONS = ("feature_dim",)
+LATER_OPTIONS = ("feature_dim", "batch_tokens")
 
 
 # `include 'gin/...'` resolves from the repository root as well as the working folder.
@@ -147,6 +161,10 @@ def parse(files, bindings):
       name, _, value = (part.strip() for part in binding.partition("="))
       if _unquoted(value):
         raise UserError(f"gin: {binding}: strings need quotes, as in {name}={value!r}") from None
+      if "malformed node" in str(e) and _not_a_value(value):
+        raise UserError(f"gin: {binding}: not a gin value (a number, a 'string', True, False, "
+                        "None, a list, dict or tuple of them, an @reference or a %macro)"
+                        ) from None
     lines = [line.strip() for line in str(e).strip().splitlines()]
     where = next((f" ({line})" for line in lines[1:] if line.startswith("In file")), "")
     raise UserError(f"gin: {lines[0]}{where}") from None
@@ -184,6 +202,17 @@ def check_names_a_model():
                     "gin/cluster/*.gin and *_sizes.gin are overlays; give an experiment config "
                     "first, e.g. --gin gin/mini/trembl_u_exact.gin --gin gin/cluster/bfloat16.gin"
                     ) from None
+
+
+def _not_a_value(value):
+  """Whether a binding's value is no literal gin reads (e.g. float('nan'), an expression)."""
+  if value.startswith(("@", "%")):
+    return False
+  try:
+    ast.literal_eval(value)
+    return False
+  except (ValueError, SyntaxError):
+    return True
 
 
 def _unquoted(value):

@@ -55,6 +55,13 @@ def split(text, kind=str):
     raise argparse.ArgumentTypeError(f"expected comma-separated {noun}, got {text!r}") from None
 
 
+def folder(text):
+  """A folder argument: '' (which os.path would read as the current folder) is refused."""
+  if not text.strip():
+    raise argparse.ArgumentTypeError("expected a folder, got an empty name")
+  return text
+
+
 def add(parser, cls):
   """Adds an argument to `parser` for every flag field of dataclass `cls`."""
   for field in dataclasses.fields(cls):

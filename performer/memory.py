@@ -47,6 +47,20 @@ def host_available_bytes():
   return None
 
 
+def check_fits(nbytes, what):
+  """Raises UserError when `what` (e.g. "--seq-len 100000: the L x L attention matrix") needs
+  more than the host memory available, before anything that size is allocated.
+
+  Args:
+    nbytes: a lower bound of what the work allocates at once, in bytes.
+    what: the flags and the array that make it that large.
+  """
+  available = host_available_bytes()
+  if available is not None and nbytes > available:
+    raise UserError(f"{what}: at least {format_bytes(nbytes)} needed, more than the "
+                    f"{format_bytes(available)} of memory available here; use smaller sizes")
+
+
 def format_bytes(n):
   """A byte count for people: '512 B', '1.0 KiB', '231.5 MiB', '20.20 GiB'."""
   for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):

@@ -50,6 +50,20 @@ def test_help_lists_every_subcommand():
     (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--gin_param", "DataConfig.task=concat",
       "--workdir", "/tmp/x"), "strings need quotes, as in DataConfig.task='concat'"),
     (("prepare-pg19", "/nonexistent", "--out", "/tmp/x"), "no such folder"),
+    # an empty name would be read as the current folder
+    (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--workdir", ""), "expected a folder"),
+    (("eval", "--workdir", " "), "expected a folder, got an empty name"),
+    (("eval", "--workdir", "/tmp/x", "--split", "test,ood,test"), "--split names test twice"),
+    # set from the data: a binding would be ignored while config.gin records it
+    (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--gin_param", "ModelConfig.max_len=5",
+      "--workdir", "/tmp/x"), "ModelConfig.max_len is set from DataConfig.seq_len"),
+    # sizes no host has: refused before anything that large is allocated
+    (("approx-error", "--seq-len", "100000000000"), "exact attention's L x L scores and logits: "
+                                                    "at least"),
+    (("lemma2", "--features", "100000000"), "--features 100000000: 4096 draws of W"),
+    (("lemma2", "--angles", "1000000", "--lengths", "1000000"), "the r grid: at least"),
+    (("prepare-mqar", "--out", "/tmp/x", "--eval-examples", "1000000000000"),
+     "the test splits' rule baselines: at least"),
 ])
 def test_user_errors_are_one_line_with_nonzero_exit(args, message):
   result = _run(*args)

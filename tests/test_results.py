@@ -195,3 +195,24 @@ def test_the_texts_give_dates_and_runs_not_how_the_work_was_organised():
   for path in (os.path.join(ROOT, "README.md"), os.path.join(RESULTS, "README.md")):
     text = " ".join(open(path).read().split())
     assert not re.search(r"\bsessions?\b|\bthe issue\b|issue's|issue \d+", text, re.I), path
+
+
+def test_the_baselines_and_appendix_counts_quoted_are_those_of_the_files():
+  # The trial of 2026-12-05: a (B) OOD baseline and the appendix's test baseline and run count
+  # differed from table2.md and the archives.
+  text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
+  table = {}
+  for cells, _ in _table_lines(os.path.join(RESULTS, "table2.md")):
+    if cells[1] == "Empirical baseline":
+      table[cells[0]] = (cells[4], cells[6])  # test, OOD accuracy %
+  row = f"| empirical baseline | {' | '.join(table['(U)'] + table['(B)'])} |"
+  assert row in text
+  appendix_b = [json.load(open(path))["baseline_accuracy"]
+                for path in glob.glob(os.path.join(RESULTS, "runs", "fig*", "eval_test.json"))
+                if not json.load(open(os.path.join(os.path.dirname(path), "config.json")))
+                ["model"]["causal"]]
+  assert f"9.71% (U) and {100 * sum(appendix_b) / len(appendix_b):.2f}% (B)" in text
+  readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+  counts = {n: len(glob.glob(os.path.join(RESULTS, "runs", f"fig{n}_*"))) for n in (5, 7, 15, 16)}
+  assert (f"({sum(counts.values())} training runs archived: Fig. 5 {counts[5]}, Fig. 7 "
+          f"{counts[7]}, Fig. 15 {counts[15]}, Fig. 16 {counts[16]};") in readme

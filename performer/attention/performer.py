@@ -49,15 +49,16 @@ class PerformerAttention(nnx.Module):
   "taylor"; generalized kernels only, and num_features, projection, scaling
   and redraw_every are unused). feature_dim: q and k first pass through a
   learned map to feature_dim dimensions (Based's feature_dim; None: none).
-  chunk_size, span: FAVOR's block lengths (favor.favor_attention; None: the
-  platform's, favor.form()).
+  chunk_size, span, batch_tokens: FAVOR's block lengths (favor.favor_attention;
+  None: the platform's, favor.form()).
   """
 
   default_kernel, default_kernel_epsilon = "positive", 0.0  # for options given as None
 
   def __init__(self, *, head_dim, num_heads=1, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1, seed=0,
-               kernel_epsilon=None, chunk_size=None, span=None, features="random",
+               kernel_epsilon=None, chunk_size=None, span=None, batch_tokens=None,
+               features="random",
                feature_dim=None, rngs=None):
     kernel = kernel or self.default_kernel
     kernel_epsilon = self.default_kernel_epsilon if kernel_epsilon is None else kernel_epsilon
@@ -73,7 +74,8 @@ class PerformerAttention(nnx.Module):
       raise ValueError(f"feature_dim must be an integer >= 1 or None, got {feature_dim!r}")
     self.features = features
     self.kernel, self.kernel_epsilon = kernel, kernel_epsilon
-    self.chunk_size, self.span = chunk_size, span  # None: the platform's (favor.form())
+    # None: the platform's (favor.form())
+    self.chunk_size, self.span, self.batch_tokens = chunk_size, span, batch_tokens
     # Based's feature_dim: q and k pass through a learned d -> feature_dim map (shared by the
     # heads) before the feature map, which keeps Taylor's 1 + r + r^2 features affordable.
     self.qk_map = (nnx.Linear(head_dim, feature_dim, use_bias=False, rngs=rngs)
@@ -135,6 +137,7 @@ class PerformerAttention(nnx.Module):
     statistics = self.statistics() if self.moments is not None and causal else None
     out = favor.favor_attention(q, k, v, self.matrix(), kernel=self.kernel, causal=causal,
                                 mask=mask, chunk_size=self.chunk_size, span=self.span,
+                                batch_tokens=self.batch_tokens,
                                 kernel_epsilon=self.kernel_epsilon, statistics=statistics)
     if statistics is not None and not self.use_running_average:
       self._record(q, k, mask)  # after use: a batch never sees its own statistics

@@ -219,7 +219,7 @@ def _parse_lines(args):
   block, first_line, path, policy, salt = args
   counts = dict.fromkeys(RULES, 0)
   pieces, offsets, headers, digests = [], [0], [], []
-  header, header_line, seq = None, 0, []
+  header, header_line, seq, seq_lines = None, 0, [], []
 
   def finish():
     counts["records"] += 1
@@ -238,10 +238,13 @@ def _parse_lines(args):
     ids = vocab.encode(residues)
     bad = ids == vocab.INVALID
     if bad.any():
-      char = chr(residues[int(np.argmax(bad))])
-      if policy == "fail":
-        raise UserError(f"{path}:{header_line}: record {name!r} has {char!r}, not one of the "
-                        f"25 amino-acid letters (use --invalid skip or map-to-x)")
+      at = int(np.argmax(bad))
+      char = chr(residues[at])
+      if policy == "fail":  # the line of the residue: the pieces' ends are cumulative lengths
+        line = seq_lines[int(np.searchsorted(np.cumsum([len(p) for p in seq]), at, "right"))]
+        raise UserError(f"{path}:{line}: record {name!r} (header on line {header_line}) has "
+                        f"{char!r}, not one of the 25 amino-acid letters (use --invalid skip or "
+                        "map-to-x)")
       if policy == "skip":
         counts["skipped_invalid"] += 1
         return
@@ -258,11 +261,12 @@ def _parse_lines(args):
     if text.startswith(b">"):
       if header is not None:
         finish()
-      header, header_line, seq = text[1:], first_line + i, []
+      header, header_line, seq, seq_lines = text[1:], first_line + i, [], []
     elif text:
       if header is None:
         raise UserError(f"{path}:{first_line + i}: sequence text before the first '>' header")
       seq.append(b"".join(text.split()))  # spaces inside a line, as in GenBank-style layouts
+      seq_lines.append(first_line + i)
   if header is not None:
     finish()
   tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)

@@ -373,16 +373,17 @@ def ceilings(task, split, *, examples=RULE_EXAMPLES):
 
 
 def check_memory(task):
-  """Raises UserError when one example of `task` needs more host memory than is available.
+  """Raises UserError when one example of `task`, or its test splits' rule baselines, need more
+  host memory than is available.
 
   Checked before anything is generated: numpy would otherwise stop with a
   MemoryError traceback.
   """
-  needed, available = BYTES_PER_TOKEN * task.seq_len, memory.host_available_bytes()
-  if available is not None and needed > available:
-    raise UserError(f"--seq-len {task.seq_len}: generating an example needs about "
-                    f"{memory.format_bytes(needed)}, more than the "
-                    f"{memory.format_bytes(available)} of memory available")
+  memory.check_fits(BYTES_PER_TOKEN * task.seq_len,
+                    f"--seq-len {task.seq_len}: generating an example")
+  # `ceilings` holds each test example's query positions (a numpy array, >= 128 bytes each).
+  memory.check_fits(128 * task.eval_examples,
+                    f"--eval-examples {task.eval_examples}: the test splits' rule baselines")
 
 
 def prepare(task, out, *, force=False):

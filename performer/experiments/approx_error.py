@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from performer import favor
+from performer import favor, memory
 from performer.errors import UserError
 from performer.experiments.results import Result
 from performer.flags import flag
@@ -210,8 +210,11 @@ def run(cfg, *, progress=True):
   """Runs the sweep. Returns a Result whose rows are one per (scale, variant, m).
 
   Raises:
-    UserError: see `check_norms` (checked before the sweep).
+    UserError: see `check_norms` (checked before the sweep); the exact
+      attention's L x L matrices (float32) do not fit in memory.
   """
+  memory.check_fits(2 * 4 * cfg.seq_len ** 2, f"--seq-len {cfg.seq_len}: exact attention's "
+                    "L x L scores and logits")
   check_norms(cfg)
   errors = {}  # (scale, variant, m) -> [mse per sample]
   norms = {}  # scale -> [mean |x| of scaled queries and keys, logit std]

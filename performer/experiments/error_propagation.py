@@ -344,7 +344,7 @@ def run(cfg, *, progress=True):
     for setting, exact in models.items():
       references = [_reference(exact, inputs, mask) for inputs, mask, _ in batches]
       for m in cfg.features:
-        bar.set_postfix(setting=setting, m=m)
+        bar.set_postfix(setting=setting, m=m, refresh=False)
         draws = []
         for draw, model in _draws(cfg, exact, m):
           draws.append(_measure(model, batches, references))

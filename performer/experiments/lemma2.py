@@ -43,7 +43,7 @@ import numpy as np
 import scipy.optimize
 import tqdm
 
-from performer import favor
+from performer import favor, memory
 from performer.errors import UserError
 from performer.experiments.results import Result
 from performer.flags import flag
@@ -286,7 +286,15 @@ def run(cfg, *, progress=True):
     (phi [A], l [N], r [N][A]: r[i][j] at l[i], phi[j]), `curve` (a fine
     closed-form slice), `key_angles`, `low_kernel`, `agreement` and
     `symmetrization`.
+
+  Raises:
+    UserError: the grid or a batch of W's features would not fit in memory.
   """
+  # A few float64 [N, A] arrays for the grid; _BATCH draws of W and their features at a time.
+  memory.check_fits(4 * 8 * cfg.angles * cfg.lengths,
+                    f"--angles {cfg.angles} x --lengths {cfg.lengths}: the r grid")
+  memory.check_fits(4 * _BATCH * cfg.features * (cfg.dim + 2),
+                    f"--features {cfg.features}: {_BATCH} draws of W at a time")
   phi, l = _cells(cfg.angles, math.pi), _cells(cfg.lengths, cfg.max_length)
   grid = utility(phi[None, :], l[:, None])  # [N, A]
   if not np.all(np.isfinite(grid) & (grid > 0)):

@@ -13,10 +13,12 @@ ratios of `ratios()`; any run prints whichever of them its rows allow.
 
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -70,6 +72,8 @@ class SpeedConfig:
     library's default for the platform, favor.form()).
   spans: causal Performer spans, tokens computed at once per loop step
     (None: the platform's default).
+  batch_tokens: the Performer's groups of short sequences, tokens per loop
+    step over the batch (None: the platform's; 0: the whole batch at once).
   profile: a folder; each configuration then traces 3 extra runs into a
     subfolder of it and its row gets the top XLA operations by time.
 
@@ -113,6 +117,10 @@ class SpeedConfig:
       (None,), "causal Performer spans (tokens per loop step, a multiple of the chunk; >= L: "
       "no loop) to compare", parse=lambda text: split(text, int),
       shown="the platform's (favor.form())")
+  batch_tokens: tuple[int | None, ...] = flag(
+      (None,), "Performer batch groups to compare: sequences of at most this length are read "
+      "a group of at most this many tokens per loop step (0: the whole batch at once)",
+      parse=lambda text: split(text, int), shown="the platform's (favor.form())")
   targets: bool = flag(False, "run only the measurements behind the target ratios (about "
                               "20 minutes on 2 CPU cores; with the peers extra installed, also "
                               "performer-pytorch's); ignores the selection flags")
@@ -144,6 +152,9 @@ class SpeedConfig:
           raise UserError(f"unknown {name} {value!r}; choose from {', '.join(known)}{hint}")
     if not self.seq_lens or min(self.seq_lens) < 1:
       raise UserError(f"sequence lengths must be >= 1, got {self.seq_lens}")
+    if max(self.seq_lens) > 2 ** 31 - 1:  # positions and XLA's shapes are int32
+      raise UserError(f"--seq-lens must be at most 2147483647 (int32 positions), got "
+                      f"{max(self.seq_lens)}")
     if self.repeats < 1:
       raise UserError(f"--repeats must be >= 1, got {self.repeats}")
     if self.jobs < 1:
@@ -154,9 +165,10 @@ class SpeedConfig:
       raise UserError(f"--deadline must be a finite number of seconds >= 0, got {self.deadline}")
     if self.memory_cap is not None and self.memory_cap < 1:
       raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
-    for name, values in (("chunk sizes", self.chunk_sizes), ("spans", self.spans)):
-      if any(c is not None and c < 1 for c in values):
-        raise UserError(f"{name} must be >= 1, got {values}")
+    for name, values, least in (("chunk sizes", self.chunk_sizes, 1), ("spans", self.spans, 1),
+                                ("batch tokens", self.batch_tokens, 0)):
+      if any(c is not None and c < least for c in values):
+        raise UserError(f"{name} must be >= {least}, got {values}")
     if self.dtype not in DTYPES:
       raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
     # A flag that cannot work is the real reason, whatever is installed: before torch's check.
@@ -170,10 +182,10 @@ class SpeedConfig:
       raise UserError(reason)
     if self.targets:
       return  # targets_plan() ignores the selection
-    if ((self.chunk_sizes, self.spans) != ((None,), (None,))
+    if ((self.chunk_sizes, self.spans, self.batch_tokens) != ((None,), (None,), (None,))
         and not any(a.startswith("performer") for a in self.attentions)):
-      raise UserError("--chunk-sizes and --spans apply to the performer_* attentions; none is "
-                      "selected")
+      raise UserError("--chunk-sizes, --spans and --batch-tokens apply to the performer_* "
+                      "attentions; none is selected")
     if self.spans != (None,) and "causal" not in self.directions:
       raise UserError("--spans applies to causal attention: add --direction causal")
     if not plan(self):  # the only filter: favor_scan is causal only
@@ -185,12 +197,13 @@ CONFIG = SpeedConfig
 
 
 def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
-         dtype="float32"):
+         batch_tokens=None, dtype="float32"):
   """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
   performer = attention.startswith("performer")
   return {"config": config, "attention": attention, "direction": direction, "mode": mode,
           "L": length, "layer": layer, "chunk_size": chunk_size if performer else None,
-          "span": span if performer and direction == "causal" else None, "dtype": dtype}
+          "span": span if performer and direction == "causal" else None,
+          "batch_tokens": batch_tokens if performer else None, "dtype": dtype}
 
 
 def plan(cfg):
@@ -209,11 +222,12 @@ def plan(cfg):
           performer = attention.startswith("performer")
           chunks = cfg.chunk_sizes if performer else (None,)
           spans = cfg.spans if performer and direction == "causal" else (None,)
-          for chunk in chunks:
-            for span in spans:
-              series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
-                                  chunk_size=chunk, span=span, dtype=cfg.dtype)
-                             for n in sorted(set(cfg.seq_lens))])
+          groups = cfg.batch_tokens if performer else (None,)
+          for chunk, span, group in itertools.product(chunks, spans, groups):
+            series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
+                                chunk_size=chunk, span=span, batch_tokens=group,
+                                dtype=cfg.dtype)
+                           for n in sorted(set(cfg.seq_lens))])
           if cfg.peers and attention == "performer_softmax":
             series.append([spec(config, speed_pytorch.NAME, direction, mode, n, layer=True)
                            for n in sorted(set(cfg.seq_lens))])
@@ -272,9 +286,14 @@ def run_one(spec_, cfg, lock=None):
     return dict(row, **json.loads(lines[-1]))
   if done.returncode == -9:  # SIGKILL without our timeout: the kernel's OOM killer
     return dict(row, status="oom", detail="the worker was killed (SIGKILL), most likely for memory")
-  errors = [l for l in done.stderr.strip().splitlines() if l.strip()]
-  return dict(row, status="error",
-              detail=(errors[-1] if errors else f"worker exited with {done.returncode}")[:300])
+  return dict(row, status="error", detail=_exception_line(done.stderr, done.returncode)[:300])
+
+
+def _exception_line(stderr, returncode):
+  """The `Type: message` line of a worker's traceback (JAX appends a note after it)."""
+  lines = [l for l in stderr.strip().splitlines() if l.strip()]
+  raised = [l for l in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit)\b", l)]
+  return (raised or lines or [f"worker exited with {returncode}"])[-1]
 
 
 def measure_matmul(cfg):
@@ -344,8 +363,7 @@ def report(cfg, result):  # pylint: disable=unused-argument
   lines = []
   for row in result.rows:
     where = "layer" if row["layer"] else "model"
-    chunk = (f" chunk={row['chunk_size']}" if row.get("chunk_size") else "") + (
-        f" span={row['span']}" if row.get("span") else "")
+    chunk = _form_text(row, "=")
     timing = (f"{row['median_ms']:10.1f} ms  (min {row['min_ms']:.1f}, max {row['max_ms']:.1f}; "
               f"compile {row['compile_s']:.1f} s; "
               f"peak {memory.format_bytes(row['peak_bytes'])})"
@@ -365,14 +383,20 @@ def report(cfg, result):  # pylint: disable=unused-argument
 
 def _name(s):
   where = "layer" if s["layer"] else "model"
-  chunk = (f" chunk {s['chunk_size']}" if s.get("chunk_size") else "") + (
-      f" span {s['span']}" if s.get("span") else "")
+  chunk = _form_text(s, " ")
   return f"{s['config']} {where} {s['attention']} {s['direction']} {s['mode']}{chunk} L={s['L']}"
 
 
+def _form_text(row, sep):
+  """' chunk 64 span 128 batch_tokens 0': what a row set of the Performer's form, if anything."""
+  return "".join(f" {label}{sep}{row[key]}" for label, key in (
+      ("chunk", "chunk_size"), ("span", "span"), ("batch_tokens", "batch_tokens"))
+      if row.get(key) is not None)
+
+
 def _default_form(row):
-  """Whether a row ran with the platform's default block, chunk and span."""
-  return not row.get("chunk_size") and not row.get("span")
+  """Whether a row ran with the platform's default block, chunk, span and batch groups."""
+  return not row.get("chunk_size") and not row.get("span") and row.get("batch_tokens") is None
 
 
 def _find(rows, **keys):

@@ -247,8 +247,8 @@ def _options(spec):
   if not spec["attention"].startswith("performer"):
     return {}
   options = {"num_features": CONFIGS[spec["config"]].num_features}
-  for name in ("chunk_size", "span"):
-    if spec.get(name):
+  for name in ("chunk_size", "span", "batch_tokens"):
+    if spec.get(name) is not None:
       options[name] = spec[name]
   return options
 

@@ -33,7 +33,9 @@ sequence into chunks of C tokens and computes a span of chunks at once
 (causal.py); a loop carries the state from span to span (span = C: the
 sequential pass; >= L: no loop). Which lengths a platform runs with is
 `FORMS[jax.default_backend()]`, chosen from measurements (results/README.md,
-"FAVOR's forms"); `form()` answers it and every speed row names it.
+"FAVOR's forms"); `form()` answers it and every speed row names it. On the
+CPU a loop also reads the batch a few sequences at a time, so that their
+[b, H, L, M] features stay in cache between the passes over them.
 Matrix-product operands are bfloat16 when v is (a bfloat16 model); features,
 sums, states and normalisers stay float32.
 """
@@ -54,17 +56,21 @@ class Form(NamedTuple):
   block: bidirectional keys and queries are read in blocks of this length.
   chunk: causal C, the length of the masked quadratic parts.
   span: causal tokens per loop step, a multiple of C (C: one chunk per step).
+  batch_tokens: sequences of at most this length are read a group at a time,
+    the largest divisor of B with at most this many tokens per loop step;
+    longer ones, and 0, the whole batch at once.
   """
   block: int
   chunk: int
   span: int
+  batch_tokens: int = 0
 
 
 # By jax.default_backend(); platforms not listed take "gpu"'s. The fastest measured:
 # on the CPU one chunk per step (results/speed_chunks_cpu.json, speed_forms_cpu.json), on an
 # H200 a span of 65,536 (results/gpu_forms/; results/README.md, "FAVOR's forms").
 FORMS = {
-    "cpu": Form(block=512, chunk=128, span=128),
+    "cpu": Form(block=512, chunk=128, span=128, batch_tokens=256),
     "gpu": Form(block=262144, chunk=64, span=65536),
 }
 
@@ -75,7 +81,8 @@ def form(platform=None):
 
 
 def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
-                    chunk_size=None, span=None, scale=None, kernel_epsilon=0.0, statistics=None):
+                    chunk_size=None, span=None, batch_tokens=None, scale=None, kernel_epsilon=0.0,
+                    statistics=None):
   """FAVOR attention: D^-1 (Q' ((K')^T V)), Eq. (4); causal via App. B.1.
 
   Args:
@@ -95,6 +102,9 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
       a multiple of C (default `form()`'s span; C: the sequential pass;
       >= L: no loop). A Python int; changes speed and memory, not results
       (beyond float rounding).
+    batch_tokens: sequences of at most this length are read in groups of
+      whole sequences with at most this many tokens (default `form()`'s; 0:
+      the whole batch at once); a Python int, speed only, like span.
     scale: factor applied to q and k before the feature map, a Python or
       array scalar (may be traced); default d^(-1/4), so softmax kernels
       estimate exp(q.k / sqrt(d)).
@@ -119,9 +129,10 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
       kernel.
   """
   blocks.check_shapes(q, k, v, mask, causal)
-  for name, value in (("chunk_size", chunk_size), ("span", span)):
-    if value is not None and not (isinstance(value, int) and value >= 1):
-      raise ValueError(f"{name} must be a Python int >= 1, got {value!r}")
+  for name, value, least in (("chunk_size", chunk_size, 1), ("span", span, 1),
+                             ("batch_tokens", batch_tokens, 0)):
+    if value is not None and not (isinstance(value, int) and value >= least):
+      raise ValueError(f"{name} must be a Python int >= {least}, got {value!r}")
   data_dependent = kernel in features.DATA_DEPENDENT_KERNELS
   if statistics is not None and not data_dependent:
     raise ValueError(f"kernel {kernel!r} takes no statistics (only "
@@ -143,38 +154,55 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
     block = (chunk, span or max(lengths.span, chunk))
   else:
     block = (min(chunk_size or lengths.block, max(q.shape[1], k.shape[1])), None)
+  group = _group(q.shape[0], max(q.shape[1], k.shape[1]),
+                 lengths.batch_tokens if batch_tokens is None else batch_tokens)
   return _favor(q, k, v, W, mask, scale, jnp.asarray(kernel_epsilon, jnp.float32), statistics,
-                kernel=kernel, causal=causal, block=block)
+                kernel=kernel, causal=causal, block=block, group=group)
+
+
+def _group(batch, length, batch_tokens):
+  """Sequences per loop step over the batch (`Form.batch_tokens`); batch: no loop."""
+  if not batch_tokens or length > batch_tokens:  # longer: its features leave the cache anyway
+    return batch
+  return max(g for g in range(1, min(batch, batch_tokens // length) + 1) if batch % g == 0)
 
 
 # Compiled once per shape and setting, so that eager calls do not retrace the scans.
-@functools.partial(jax.jit, static_argnames=("kernel", "causal", "block"))
-def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block):
+@functools.partial(jax.jit, static_argnames=("kernel", "causal", "block", "group"))
+def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block, group):
   with jax.default_matmul_precision("float32"):  # not TF32 (a GPU's default): logs need float32
-    return _favor_float32(q, k, v, W, mask, scale, kernel_epsilon, statistics, kernel=kernel,
-                          causal=causal, block=block)
+    dtype = v.dtype
+    q_params = k_params = None
+    if kernel in features.DATA_DEPENDENT_KERNELS:
+      if statistics is None:  # bidirectional: this sequence's real tokens
+        q_mask = mask if q.shape[1] == k.shape[1] else None
+        statistics = (exponential.moments(q * scale, q_mask), exponential.moments(k * scale, mask))
+      q_params, k_params = (_per_sequence(side, q.shape[0], q.shape[2])
+                            for side in exponential.parameters(kernel, *statistics))
+    attend = functools.partial(_favor_float32, W=W, scale=scale, kernel_epsilon=kernel_epsilon,
+                               kernel=kernel, causal=causal, block=block,
+                               operand_dtype=jnp.bfloat16 if dtype == jnp.bfloat16 else jnp.float32)
+    args = (q, k, v, mask, q_params, k_params)
+    if group < q.shape[0]:  # a loop over groups of sequences; each group's features stay in cache
+      split = lambda x: x.reshape((q.shape[0] // group, group) + x.shape[1:])
+      out = jax.lax.map(lambda xs: attend(*xs), jax.tree.map(split, args))
+      out = out.reshape((q.shape[0],) + out.shape[2:])
+    else:
+      out = attend(*args)
+    return out.astype(dtype)
 
 
-def _favor_float32(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block):
-  dtype = v.dtype
-  operand_dtype = jnp.bfloat16 if dtype == jnp.bfloat16 else jnp.float32  # features: float32
-  q_params = k_params = None
-  if kernel in features.DATA_DEPENDENT_KERNELS:
-    if statistics is None:  # bidirectional: this sequence's real tokens
-      q_mask = mask if q.shape[1] == k.shape[1] else None
-      statistics = (exponential.moments(q * scale, q_mask), exponential.moments(k * scale, mask))
-    q_params, k_params = (_per_sequence(side, q.shape[0], q.shape[2])
-                          for side in exponential.parameters(kernel, *statistics))
+def _favor_float32(q, k, v, mask, q_params, k_params, *, W, scale, kernel_epsilon, kernel, causal,
+                   block, operand_dtype):
+  """FAVOR of the sequences given (a batch, or a group of it): [B, Lq, H, dv] float32."""
   featurize = functools.partial(numerics.featurize, W=W, kernel=kernel, scale=scale,
                                 kernel_epsilon=kernel_epsilon)
   featurize_q = functools.partial(featurize, params=q_params)
   featurize_k = functools.partial(featurize, params=k_params)
   if causal:
-    out = causal_pass.causal(q, k, v, mask, featurize_q, featurize_k, *block, operand_dtype)
-  else:
-    out = bidirectional.bidirectional(q, k, v, mask, featurize_q, featurize_k, block[0],
-                                      operand_dtype)
-  return out.astype(dtype)
+    return causal_pass.causal(q, k, v, mask, featurize_q, featurize_k, *block, operand_dtype)
+  return bidirectional.bidirectional(q, k, v, mask, featurize_q, featurize_k, block[0],
+                                     operand_dtype)
 
 
 def _per_sequence(side, batch, heads):

@@ -168,8 +168,8 @@ def load_run(path):
 
   Raises:
     UserError: not a folder, no config.json or metrics.jsonl, invalid JSON,
-      a config without model.attention / model.causal, or a malformed eval
-      file or diverged.json.
+      a config without model.attention / model.causal, a malformed eval
+      file or diverged.json, or an eval older than the run's last logged step.
   """
   if not os.path.isdir(path):
     raise UserError(f"{path}: no such run folder")
@@ -190,10 +190,25 @@ def load_run(path):
             if name.startswith("eval_") and name.endswith(".json")]
   evals = {split: _eval(os.path.join(path, f"eval_{split}.json")) for split in splits
            if split in EVAL_SPLITS or split.startswith("test_")}
+  metrics = _metrics(files["metrics.jsonl"])
+  diverged = _diverged(os.path.join(path, "diverged.json"))
+  _check_evals_current(path, evals, metrics, diverged)
   return Run(path=path, direction=direction, attention=model["attention"], label=label,
-             extra=label not in paper.FIG6[direction], seed=seed,
-             metrics=_metrics(files["metrics.jsonl"]), evals=evals, config=config,
-             diverged=_diverged(os.path.join(path, "diverged.json")))
+             extra=label not in paper.FIG6[direction], seed=seed, metrics=metrics, evals=evals,
+             config=config, diverged=diverged)
+
+
+def _check_evals_current(path, evals, metrics, diverged):
+  """Raises UserError for an eval of an earlier step than the run's last logged one: the run
+  went on after it (a resume), so its numbers are not the run's. A diverged run's eval is of
+  its last good checkpoint, before the logged NaN, and is kept."""
+  last = max((row["step"] for row in metrics), default=None)
+  for split, record in evals.items():
+    step = record.get("step")
+    if diverged is None and last is not None and _number(step) and step < last:
+      raise UserError(f"{path}/eval_{split}.json is of step {step:g} but the run has logged "
+                      f"step {last:g}: evaluate it again (`performer eval --workdir {path} "
+                      f"--split {split}`), or resume it if it stopped without a checkpoint")
 
 
 def _diverged(path):

@@ -59,7 +59,7 @@ class Flags:
   replace: bool = flag(False, "replace archives already in DEST (by default an existing "
                               "DEST/<run name> is an error)")
   jobs: tuple[str, ...] = flag((), "plan jobs whose stamps go with the run (default: the run's "
-                                   "train job and its _eval)", nargs="+", metavar="JOB")
+                                   "train job, its _eval and its _rows probe)", nargs="+", metavar="JOB")
 
 
 FLAGS = (Flags,)
@@ -72,7 +72,7 @@ def main(args):
   """
   dests = {}
   for run in args.runs:
-    dest = os.path.join(args.to, os.path.basename(os.path.normpath(run)))
+    dest = os.path.join(args.to, os.path.basename(os.path.realpath(run)))  # `.` is a name too
     if dest in dests:
       raise UserError(f"{dests[dest]} and {run} would both be archived as {dest}; archive them "
                       f"into different folders")
@@ -82,8 +82,15 @@ def main(args):
   for dest, run in dests.items():
     name = os.path.basename(dest)
     save(run, dest, checkpoint=args.checkpoint, replace=args.replace,
-         jobs=args.jobs or (name, f"{name}_eval"))
+         jobs=args.jobs or stamped_jobs(name))
     print(f"wrote {dest} ({_size(dest) / 1e3:.0f} KB)")
+
+
+def stamped_jobs(name):
+  """The plan jobs whose stamps an archive of run `name` keeps by default: its train job and
+  the jobs that write into its folder (the eval, recall's row probe), so a restored run's
+  outputs count as done; a probe redone on a restored run would find no checkpoint."""
+  return (name, f"{name}_eval", f"{name}_rows")
 
 
 def check(workdir, dest, *, checkpoint=False, replace=False):
@@ -119,7 +126,8 @@ def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
   whole archive, the old or the new, or absent.
 
   Raises:
-    UserError: see `check`.
+    UserError: see `check`; a copy or rename that fails (a full disk, a
+      busy DEST).
   """
   check(workdir, dest, checkpoint=checkpoint, replace=replace)
   names = [f for f in FILES if os.path.isfile(os.path.join(workdir, f))]
@@ -144,6 +152,9 @@ def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
         os.makedirs(os.path.join(tmp, STAMPS), exist_ok=True)
         shutil.copy2(stamp, os.path.join(tmp, STAMPS, f"{job}.json"))
     _swap_in(tmp, dest)
+  except OSError as e:  # a full disk, a DEST that is busy (a mount point) or not ours
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise UserError(f"cannot archive {workdir} as {dest}: {e.strerror or e}") from None
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -223,7 +234,7 @@ def restore(plan, say=print):
         shutil.copy2(path, os.path.join(job.workdir, f))
     for name, stamp in stamps.items():
       state.write(plan.ctx.runs, name, **{k: v for k, v in stamp.items()
-                                          if k not in ("time", "host", "pid")},
+                                          if k not in ("time", "host", "pid", "detail")},
                   detail=f"restored from {source}")
     state.write(plan.ctx.runs, archive_job.name, state="done", detail="restored",
                 fingerprint=plan.fingerprints[archive_job.name])

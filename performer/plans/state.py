@@ -86,7 +86,9 @@ def state(plan, job):
   if kind == "submitted" and same and not gone:
     return "submitted", _joined(f"SLURM job {stamp['slurm_id']}, {stamp['time']}", slurm)
   if not same:
-    return "pending", "changed since its last attempt" if kind in FINISHED else ""
+    return "pending", ("changed since its last attempt" if kind in FINISHED else
+                       f"its last attempt ({kind}, {stamp.get('time')}) had another "
+                       "configuration (other flags or code)")
   if gone:
     return slurm.verdict, slurm.detail
   if kind in FINISHED and (outputs or kind != "done"):

@@ -151,5 +151,5 @@ def _check(cfg, name, ok, rule, *, kind=float):
   number = isinstance(value, (int, float)) and not isinstance(value, bool) and (
       kind is float or isinstance(value, int))
   if not (number and math.isfinite(value) and ok(value)):
-    what = "an integer" if kind is int else "a number"
+    what = "an integer" if kind is int else "a finite number"
     raise ValueError(f"{type(cfg).__name__}.{name} must be {what} {rule}, got {value!r}")

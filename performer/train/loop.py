@@ -142,7 +142,8 @@ def run(cfg, workdir, *, progress=True, records=None):
                      tokens_per_s=row["tokens"] / max(seconds, 1e-9),
                      grad_norm=float(host[-1][2]))
           writer.write(done, row, "train")
-          bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}")
+          # drawn at the bar's next refresh: in a log file at most every 30 s
+          bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}", refresh=False)
           pending, tick = [], time.perf_counter()
         reached = False
         if evaluate_now:

@@ -172,7 +172,8 @@ def test_taylor_features_give_based_closed_form_attention_and_decode_alike():
 def test_unknown_names_and_options():
   with pytest.raises(ValueError, match="unknown attention 'softmax'; choose from exact"):
     attention.make("softmax", num_heads=H, head_dim=D, max_len=8, rngs=nnx.Rngs(0))
-  with pytest.raises(ValueError, match="has no option num_feature; its options: chunk_size"):
+  with pytest.raises(ValueError,
+                     match="has no option num_feature; its options: batch_tokens, chunk_size"):
     _make("performer_softmax", num_feature=3)
   with pytest.raises(ValueError, match="its options: none"):
     _make("exact", chunk_size=3)

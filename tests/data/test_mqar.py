@@ -1,7 +1,12 @@
 """MQAR (performer/data/mqar.py): answers recoverable, Zoology's placement law, pure in (seed, step)."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -134,8 +139,13 @@ def test_a_task_too_long_for_int32_or_for_memory_is_refused_before_any_array(tmp
   monkeypatch.setattr(memory, "host_available_bytes", lambda: 2**20, raising=False)
   assert cli.main(["prepare-mqar", "--out", str(out), "--seq-len", "1000000"]) == 2
   err = capsys.readouterr().err
-  assert err == ("performer prepare-mqar: error: --seq-len 1000000: generating an example needs "
-                 "about 15.3 MiB, more than the 1.0 MiB of memory available\n")
+  assert err == ("performer prepare-mqar: error: --seq-len 1000000: generating an example: at "
+                 "least 15.3 MiB needed, more than the 1.0 MiB of memory available here; use "
+                 "smaller sizes\n")
+  # the test splits' rule baselines keep every test example's query positions
+  assert cli.main(["prepare-mqar", "--out", str(out), "--eval-examples", "100000"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--eval-examples 100000: the test splits' rule" in err, err
   assert not out.exists()
 
 
@@ -244,3 +254,20 @@ def test_the_rules_draws_follow_the_generators_law():
       table = np.column_stack([table, [a[~keep].sum(), b[~keep].sum()]])
     assert stats.chi2_contingency(table)[1] > 1e-3, j
   assert all(len(set(row)) == 4 for row in drawn)
+
+
+def test_sigterm_stops_a_preparation_and_leaves_neither_its_partial_folder_nor_its_lock(tmp_path):
+  out = tmp_path / "task"
+  partial = tmp_path / "task.partial"
+  proc = subprocess.Popen([sys.executable, "-m", "performer.cli", "prepare-mqar", "--out", str(out),
+                           "--eval-examples", "50000"], stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  deadline = time.time() + 120
+  while not partial.exists() and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.05)
+  assert partial.exists(), "the preparation never started building"
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130 and err.strip().splitlines()[-1] == \
+      "performer prepare-mqar: interrupted", err
+  assert sorted(os.listdir(tmp_path)) == []

@@ -129,7 +129,8 @@ def test_invalid_character_policies(tmp_path, policy, kept, counted):
     (b"", "empty file"),
     (b"\n\n  \n", "empty file"),
     (b"hello world\nthis is not fasta\n", r":1: not FASTA"),
-    (b">a\nMK\n>b\nM1A\n", r":3: record 'b' has '1'"),
+    (b">a\nMK\n>b\nM1A\n", r":4: record 'b' \(header on line 3\) has '1'"),
+    (b">a\nMK\n>b\nMKA\nMK\nK1\n", r":6: record 'b' \(header on line 3\) has '1'"),
     (b">a\nMK\n>nothing here\n>c\nMK\n", r":3: record 'nothing' has no sequence"),
 ])
 def test_bad_files_fail_with_file_and_line(tmp_path, content, match):

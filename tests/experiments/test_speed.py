@@ -60,15 +60,18 @@ def test_tiny_sweep_end_to_end_and_figure(tmp_path):
 def test_layer_only_times_the_scan_reference_and_matches_rows_to_flags(tmp_path):
   cfg = speed.SpeedConfig(configs=("small",), attentions=("performer_relu", speed.SCAN),
                           directions=("bidirectional", "causal"), modes=("fwdbwd",),
-                          seq_lens=(24,), layer=True, repeats=1, chunk_sizes=(8,))
+                          seq_lens=(24,), layer=True, repeats=1, chunk_sizes=(8,),
+                          batch_tokens=(0, 24))
   result = speed.run(cfg, progress=False, log=lambda s: None)
   rows, matmul = result.rows, result.extra["matmul"]
   assert matmul["status"] == "ok"
-  # The scan reference is causal only; chunk sizes apply to the Performers only.
-  assert [(r["attention"], r["direction"], r["chunk_size"]) for r in rows] == [
-      ("performer_relu", "bidirectional", 8), ("performer_relu", "causal", 8),
-      (speed.SCAN, "causal", None)]
+  # The scan reference is causal only; chunk sizes and batch groups apply to the Performers only.
+  assert [(r["attention"], r["direction"], r["chunk_size"], r["batch_tokens"]) for r in rows] == [
+      ("performer_relu", "bidirectional", 8, 0), ("performer_relu", "bidirectional", 8, 24),
+      ("performer_relu", "causal", 8, 0), ("performer_relu", "causal", 8, 24),
+      (speed.SCAN, "causal", None, None)]
   assert all(r["status"] == "ok" and r["layer"] for r in rows)
+  assert "batch_tokens=24" in "\n".join(speed.report(cfg, result))
 
 
 def test_measured_peak_memory_agrees_with_xla_buffer_plan():
@@ -116,22 +119,35 @@ def test_jobs_run_series_side_by_side_in_plan_order():
   assert all(r["status"] == "ok" and r["lock_wait_s"] >= 0 for r in rows), rows
 
 
+def _waiting_on(path, timeout=300):
+  """Waits until a process is blocked on the flock of `path` (a "->" line of /proc/locks)."""
+  inode = os.stat(path).st_ino
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    with open("/proc/locks") as f:
+      if any("->" in line and line.split()[-3].endswith(f":{inode}") for line in f):
+        return
+    time.sleep(0.05)
+  pytest.fail(f"no process waited on {path} within {timeout} s")
+
+
 def test_a_job_compiles_and_runs_only_while_it_holds_the_device_lock(tmp_path):
-  # The lock is held here for 6 s (a worker imports jax in 2-4 s): the worker
-  # compiles and runs only after it, and reports its wait.
+  # The lock is held here until the worker (which imports jax first) is seen waiting for it,
+  # then 1 s more: the worker compiles and runs only after it, and reports its wait.
   lock = str(tmp_path / "device.lock")
   one = speed.spec("small", "identity", "causal", "fwd", 16, layer=True)
-  cfg = speed.SpeedConfig(repeats=1, time_cap=60, jobs=2)
+  cfg = speed.SpeedConfig(repeats=1, time_cap=300, jobs=2)
   rows = []
   with open(lock, "a") as f:
     fcntl.flock(f, fcntl.LOCK_EX)
     worker = threading.Thread(target=lambda: rows.append(speed.run_one(one, cfg, lock)))
     worker.start()
-    time.sleep(6.0)
+    _waiting_on(lock)
+    time.sleep(1.0)
   worker.join()
   (row,) = rows
   assert row["status"] == "ok", row
-  assert row["lock_wait_s"] > 0.5 and row["wall_s"] > 6.0
+  assert row["lock_wait_s"] > 0.9 and row["wall_s"] > row["lock_wait_s"]
 
 
 def test_running_out_of_memory_while_compiling_is_oom(monkeypatch):
@@ -329,6 +345,7 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     (("--time-cap", "0"), "--time-cap must be a finite number of seconds > 0"),
     (("--time-cap", "inf"), "--time-cap must be a finite number of seconds > 0, got inf"),
     (("--seq-lens", "0"), "sequence lengths must be >= 1"),
+    (("--seq-lens", "16,1000000000000"), "--seq-lens must be at most 2147483647 (int32 positions)"),
     (("--deadline", "-1"), "--deadline must be a finite number of seconds >= 0"),
     (("--memory-cap", "lots"), "a positive size such as 512M"),
     (("--memory-cap", "0"), "a positive size such as 512M"),
@@ -339,7 +356,10 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     (("--layer-only", "--attention", "favor_scan", "--direction", "bidirectional"),
      "this selection measures nothing: favor_scan runs causal only"),
     (("--attention", "exact,identity", "--chunk-sizes", "64"),
-     "--chunk-sizes and --spans apply to the performer_* attentions; none is selected"),
+     "--chunk-sizes, --spans and --batch-tokens apply to the performer_* attentions; none is "
+     "selected"),
+    (("--attention", "exact", "--batch-tokens", "256"), "--batch-tokens apply to the performer"),
+    (("--attention", "performer_softmax", "--batch-tokens", "-1"), "batch tokens must be >= 0"),
     (("--attention", "performer_softmax", "--direction", "bidirectional", "--spans", "64"),
      "--spans applies to causal attention: add --direction causal"),
     (("--attention", "performer_softmax", "--spans", "0"), "spans must be >= 1"),
@@ -356,6 +376,19 @@ def test_bad_flags_are_one_line_errors(args, message, tmp_path):
   assert "Traceback" not in result.stderr
   assert message in result.stderr.strip().splitlines()[-1]
   assert not (tmp_path / "s.json").exists()
+
+
+def test_a_failed_worker_s_row_names_its_exception_not_jax_s_note_after_it():
+  stderr = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            "OverflowError: An overflow was encountered while parsing an argument\n"
+            "--------------------\nFor simplicity, JAX has removed its internal frames from the "
+            "traceback of the following exception.\n")
+  assert speed._exception_line(stderr, 1) == ("OverflowError: An overflow was encountered "
+                                               "while parsing an argument")
+  assert speed._exception_line("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: x\n", 1) == \
+      "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: x"
+  assert speed._exception_line("a warning\n", 1) == "a warning"
+  assert speed._exception_line("", -6) == "worker exited with -6"
 
 
 def test_nothing_is_measured_before_the_output_is_checked(monkeypatch):

@@ -296,19 +296,23 @@ def _naive_float64(q, k, v, W, kernel, causal):
   return jnp.einsum("bhqk,bkhd->bqhd", a, v) / a.sum(-1).transpose(0, 2, 1)[..., None]
 
 
-@pytest.mark.parametrize("kernel, causal, scale, span, chunk", [
-    ("positive", False, 1.0, None, 8), ("positive", True, 1.0, None, 8),
-    ("positive", True, 1.0, 8, 8), ("trig", False, 1.0, None, 8), ("trig", True, 1.0, None, 8),
-    ("positive", True, 7.0, None, 8), ("positive", True, 7.0, 8, 8),  # scaled norms ~12: keys
-    ("positive", True, 1.0, None, 64), ("positive", True, 7.0, None, 64)])  # outgrow references
-def test_gradients_match_float64_autodiff(kernel, causal, scale, span, chunk):  # (64: one chunk)
+@pytest.mark.parametrize("kernel, causal, scale, span, chunk, batch_tokens", [
+    ("positive", False, 1.0, None, 8, 0), ("positive", True, 1.0, None, 8, 0),
+    ("positive", True, 1.0, 8, 8, 0), ("trig", False, 1.0, None, 8, 0),
+    ("trig", True, 1.0, None, 8, 0),
+    ("positive", True, 7.0, None, 8, 0), ("positive", True, 7.0, 8, 8, 0),  # scaled norms ~12:
+    ("positive", True, 1.0, None, 64, 0), ("positive", True, 7.0, None, 64, 0),  # keys outgrow
+    ("positive", True, 7.0, None, 64, L), ("positive", False, 1.0, None, 8, L)])  # references;
+def test_gradients_match_float64_autodiff(kernel, causal, scale, span, chunk,  # 64: one chunk;
+                                          batch_tokens):  # L: one sequence per loop step
   q, k, v = _qkv(8, scale=scale)
   W = _W(16)
   g = jax.random.normal(jax.random.key(10), v.shape)
 
   def loss32(q, k, v):
     return jnp.sum(g * favor.favor_attention(q, k, v, W, kernel=kernel, causal=causal,
-                                             chunk_size=chunk, span=span))
+                                             chunk_size=chunk, span=span,
+                                             batch_tokens=batch_tokens))
   grads = jax.grad(loss32, argnums=(0, 1, 2))(q, k, v)
   with jax.enable_x64(True):
     as64 = [jnp.asarray(np.asarray(x), jnp.float64) for x in (q, k, v, W, g)]
@@ -319,6 +323,33 @@ def test_gradients_match_float64_autodiff(kernel, causal, scale, span, chunk):  
   for got, want in zip(grads, expected):
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
+
+
+def test_batch_groups_are_divisors_within_the_tokens():
+  group = favor.attention._group  # pylint: disable=protected-access
+  assert group(128, 64, 256) == 4 and group(6, 16, 64) == 3 and group(7, 16, 64) == 1
+  assert group(8, 257, 256) == 8 and group(8, 16, 0) == 8 and group(2, 256, 256) == 1
+
+
+@pytest.mark.parametrize("kernel, causal", [("positive", True), ("positive", False),
+                                            ("gerf", False), ("relu", True)])
+def test_batch_groups_change_nothing_but_rounding(kernel, causal):
+  # Sequences read in groups (the CPU's loop over the batch) give every sequence what the whole
+  # batch at once gives it, masks and per-sequence FAVOR++ parameters included.
+  ks = jax.random.split(jax.random.key(21), 3)
+  q, k, v = (jax.random.normal(kk, (6, 16, H, D)) for kk in ks)
+  mask = jnp.arange(16)[None, :] < jnp.array([16, 9, 16, 3, 12, 16])[:, None]
+  W, eps = _W(16), 1e-3 if kernel == "relu" else 0.0
+  attend = lambda q, tokens: favor.favor_attention(  # one chunk or block: a loop only by group
+      q, k, v, W, kernel=kernel, causal=causal, mask=mask, chunk_size=16, kernel_epsilon=eps,
+      batch_tokens=tokens)
+  whole, grad_whole = attend(q, 0), jax.grad(lambda q: jnp.sum(attend(q, 0) ** 2))(q)
+  for tokens in (16, 32):  # 1 and 2 sequences per loop step
+    np.testing.assert_allclose(attend(q, tokens), whole, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jax.grad(lambda q: jnp.sum(attend(q, tokens) ** 2))(q),
+                               grad_whole, rtol=1e-4, atol=1e-5 * np.abs(grad_whole).max())
+  assert _loops(jax.make_jaxpr(lambda q: attend(q, 16))(q).jaxpr)
+  assert not _loops(jax.make_jaxpr(lambda q: attend(q, 0))(q).jaxpr)
 
 
 def test_identical_under_jit_grad_and_vmap():
@@ -411,6 +442,10 @@ def test_bad_arguments_raise():
     favor.softmax_attention(q[0], k, v)
   with pytest.raises(ValueError, match="Python int"):
     favor.favor_attention(q, k, v, W, chunk_size=jnp.int32(8))
+  with pytest.raises(ValueError, match="batch_tokens must be a Python int >= 0"):
+    favor.favor_attention(q, k, v, W, batch_tokens=-1)
+  with pytest.raises(ValueError, match="span must be a Python int >= 1"):
+    favor.favor_attention(q, k, v, W, causal=True, span=0)
 
 
 def test_scale_and_kernel_epsilon_may_be_arrays_and_traced():

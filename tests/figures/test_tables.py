@@ -167,7 +167,11 @@ def test_bad_run_folders_fail_with_one_line_naming_the_path(tmp_path, make_run, 
   no_metrics = make_run("nm", "exact", causal=True)
   (tmp_path / "runs" / "nm" / "metrics.jsonl").unlink()
   percent = make_run("pc", "exact", causal=True, test=(30.8, 9.0))  # a percentage, not a fraction
-  cases = [(["--runs", str(empty)], f"{empty}: no config.json"),
+  # trained on after its eval (a resume): the eval's numbers are not the run's
+  stale = make_run("st", "exact", causal=True, test=(0.3, 9.0),
+                   metrics=[(20, "train", 0.3, 9.0, 2.2), (40, "train", 0.31, 8.9, 2.1)])
+  cases = [(["--runs", stale], f"{stale}/eval_test.json is of step 20 but the run has logged "
+                               "step 40: evaluate it again"),(["--runs", str(empty)], f"{empty}: no config.json"),
            (["--runs", percent], "eval_test.json: accuracy = 30.8 is not a fraction in [0, 1]"),
            (["--runs", no_metrics], f"{no_metrics}: no metrics.jsonl"),
            (["--runs", str(tmp_path / "missing")], "no such run folder"),

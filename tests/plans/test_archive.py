@@ -26,13 +26,16 @@ def test_archive_copies_what_figures_read_and_the_stamps_not_the_checkpoints(tmp
   run = _run_folder(runs / "u_exact")
   state.write(str(runs), "u_exact", state="done", fingerprint="f1")
   state.write(str(runs), "u_exact_eval", state="done", fingerprint="f2")
+  state.write(str(runs), "u_exact_rows", state="done", fingerprint="f3")
+  state.write(str(runs), "u_exact_other", state="done", fingerprint="f4")
   assert cli.main(["archive", str(run), "--to", str(tmp_path / "kept")]) == 0
   assert "kept/u_exact (" in capsys.readouterr().out
   kept = tmp_path / "kept" / "u_exact"
   assert sorted(os.listdir(kept)) == ["config.gin", "config.json", "eval_ood.json",
                                       "eval_ood_sequences.npz", "eval_test.json", "eval_test_sequences.npz", "metrics.jsonl",
                                       "stamps"]
-  assert sorted(os.listdir(kept / "stamps")) == ["u_exact.json", "u_exact_eval.json"]
+  assert sorted(os.listdir(kept / "stamps")) == ["u_exact.json", "u_exact_eval.json",
+                                                 "u_exact_rows.json"]
   # again with the last checkpoint, replacing the first archive whole
   archive.save(str(run), str(kept), checkpoint=True, replace=True)
   assert os.listdir(kept / "checkpoints") == ["500"]
@@ -116,10 +119,29 @@ def test_a_replacement_that_fails_leaves_the_old_archive_whole(tmp_path, monkeyp
       raise OSError("no space left")
     rename(src, dst)
   monkeypatch.setattr(os, "rename", failing)
-  with pytest.raises(OSError, match="no space left"):
+  with pytest.raises(UserError, match="no space left"):
     archive.save(str(run), dest, replace=True)
   assert (tmp_path / "kept" / "u_exact" / "metrics.jsonl").read_text() == "metrics.jsonl"
   assert os.listdir(tmp_path / "kept") == ["u_exact"]
+
+
+def test_archiving_the_current_folder_names_the_archive_after_it(tmp_path, monkeypatch, capsys):
+  run = _run_folder(tmp_path / "runs" / "u_exact")
+  monkeypatch.chdir(run)
+  assert cli.main(["archive", ".", "--to", str(tmp_path / "kept")]) == 0
+  assert os.listdir(tmp_path / "kept") == ["u_exact"]
+
+
+def test_every_job_that_writes_into_a_run_folder_has_its_stamp_archived():
+  """The committed results' plan (with its recall row probes): a job that writes into a run's
+  folder and whose stamp the archive did not keep would be redone on a restored run."""
+  plan = plans.build(plans.context("mini", runs="/runs"))
+  trains = {j.workdir: j.name for j in plan if j.kind == "train"}
+  writers = [(j.name, trains[os.path.dirname(o)]) for j in plan for o in j.outputs
+             if os.path.dirname(o) in trains and j.kind != "train"]
+  assert any(name.endswith("_rows") for name, _ in writers)
+  for name, run in writers:
+    assert name in archive.stamped_jobs(run), name
 
 
 def test_the_plan_archives_a_run_again_over_its_archive(tmp_path):
@@ -140,7 +162,7 @@ def test_restore_brings_back_runs_whose_fingerprint_matches_and_the_plan_counts_
     _run_folder(tmp_path / "old" / name)
     for job in (name, f"{name}_eval"):
       fingerprint = plan.fingerprints[job] if name == "u_identity" else "stale"
-      state.write(ctx.runs, job, state="done", fingerprint=fingerprint)
+      state.write(ctx.runs, job, state="done", fingerprint=fingerprint, detail="resumed")
     archive.save(os.path.join(ctx.runs, name), os.path.join(ctx.results, "runs", name),
                  jobs=(name, f"{name}_eval"))
   # A fresh machine: another runs folder (and checkout: fingerprints name folders, not paths).

@@ -118,6 +118,11 @@ def test_finished_jobs_are_skipped_and_a_changed_job_runs_again(tmp_path):
   changed = [jobs[0], _job(tmp_path, "b", 0.01, needs=("a",))]
   plan = _plan(tmp_path, changed)
   assert state.state(plan, plan["b"]) == ("pending", "changed since its last attempt")
+  # an interrupted attempt of another configuration is named, not shown as a plain pending
+  state.write(str(tmp_path / "runs"), "b", state="interrupted", fingerprint="another")
+  kind, detail = state.state(plan, plan["b"])
+  assert kind == "pending" and detail.startswith("its last attempt (interrupted, 20"), detail
+  assert detail.endswith("had another configuration (other flags or code)")
   os.remove(tmp_path / "a.out")  # a done job whose outputs went is to do again
   assert state.state(plan, plan["a"]) == ("pending", "outputs missing")
   assert local.run(plan, jobs=1, say=lambda _: None) == 0
