@@ -59,18 +59,23 @@ class Form(NamedTuple):
   batch_tokens: sequences of at most this length are read a group at a time,
     the largest divisor of B with at most this many tokens per loop step;
     longer ones, and 0, the whole batch at once.
+  batch_bytes: by default, only a batch whose float32 features (B L H M
+    values) pass this many bytes is read in groups; a smaller one stays in
+    cache whole. An explicit batch_tokens groups any batch.
   """
   block: int
   chunk: int
   span: int
   batch_tokens: int = 0
+  batch_bytes: int = 0
 
 
 # By jax.default_backend(); platforms not listed take "gpu"'s. The fastest measured:
 # on the CPU one chunk per step (results/speed_chunks_cpu.json, speed_forms_cpu.json), on an
-# H200 a span of 65,536 (results/gpu_forms/; results/README.md, "FAVOR's forms").
+# H200 a span of 65,536 (results/gpu_forms/; results/README.md, "FAVOR's forms"). On the CPU,
+# groups of 256 tokens past 4 MiB of features (results/README.md, "The CPU's batch groups").
 FORMS = {
-    "cpu": Form(block=512, chunk=128, span=128, batch_tokens=256),
+    "cpu": Form(block=512, chunk=128, span=128, batch_tokens=256, batch_bytes=4 << 20),
     "gpu": Form(block=262144, chunk=64, span=65536),
 }
 
@@ -103,8 +108,9 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
       >= L: no loop). A Python int; changes speed and memory, not results
       (beyond float rounding).
     batch_tokens: sequences of at most this length are read in groups of
-      whole sequences with at most this many tokens (default `form()`'s; 0:
-      the whole batch at once); a Python int, speed only, like span.
+      whole sequences with at most this many tokens (0: the whole batch at
+      once; default `form()`'s, for batches past its batch_bytes); a Python
+      int, speed only, like span.
     scale: factor applied to q and k before the feature map, a Python or
       array scalar (may be traced); default d^(-1/4), so softmax kernels
       estimate exp(q.k / sqrt(d)).
@@ -148,14 +154,17 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   concrete = not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask, scale))
   if kernel in features.EXPONENTIAL_KERNELS and concrete:
     numerics.check_norms(q, k, mask, scale)
-  lengths = form()
+  lengths, length = form(), max(q.shape[1], k.shape[1])
   if causal:
     chunk = min(chunk_size or lengths.chunk, q.shape[1])
     block = (chunk, span or max(lengths.span, chunk))
   else:
-    block = (min(chunk_size or lengths.block, max(q.shape[1], k.shape[1])), None)
-  group = _group(q.shape[0], max(q.shape[1], k.shape[1]),
-                 lengths.batch_tokens if batch_tokens is None else batch_tokens)
+    block = (min(chunk_size or lengths.block, length), None)
+  if batch_tokens is None:  # the platform's, for batches whose features leave the cache
+    m = q.shape[3] if W is None else W.shape[0]  # generalized kernels map each of d coordinates
+    whole = 4 * q.shape[0] * length * q.shape[2] * m <= lengths.batch_bytes
+    batch_tokens = 0 if whole else lengths.batch_tokens
+  group = _group(q.shape[0], length, batch_tokens)
   return _favor(q, k, v, W, mask, scale, jnp.asarray(kernel_epsilon, jnp.float32), statistics,
                 kernel=kernel, causal=causal, block=block, group=group)
 

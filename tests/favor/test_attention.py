@@ -352,6 +352,18 @@ def test_batch_groups_change_nothing_but_rounding(kernel, causal):
   assert not _loops(jax.make_jaxpr(lambda q: attend(q, 0))(q).jaxpr)
 
 
+def test_the_platform_groups_a_batch_only_past_its_feature_bytes(monkeypatch):
+  q, k, v = (jax.random.normal(kk, (6, 16, H, D)) for kk in jax.random.split(jax.random.key(3), 3))
+  W = _W(16)
+  features = 4 * 6 * 16 * H * 16  # float32 B L H M
+  for limit, grouped in ((features, False), (features - 1, True)):
+    monkeypatch.setitem(favor.attention.FORMS, jax.default_backend(),
+                        favor.attention.Form(block=16, chunk=16, span=16, batch_tokens=32,
+                                             batch_bytes=limit))
+    attend = lambda q: favor.favor_attention(q, k, v, W, chunk_size=16)  # new: a new trace
+    assert bool(_loops(jax.make_jaxpr(attend)(q).jaxpr)) == grouped, limit
+
+
 def test_identical_under_jit_grad_and_vmap():
   q, k, v = _qkv(11)
   W = _W()
