@@ -82,8 +82,12 @@ def run(cfg, workdir, *, progress=True, records=None):
        Checkpoints(os.path.abspath(os.path.join(workdir, "checkpoints"))) as ckpt:
     start = ckpt.latest_step() or 0
     if start:  # the same run only; allowed changes (steps, cadence) go to resumes.jsonl
-      for field, old, new in resume.check(workdir, cfg, start, record=jax.process_index() == 0):
-        say(f"resuming with {field} {old!r} -> {new!r}")
+      # unless nothing is left to train, so that no change is recorded that took no effect
+      complete = start >= train.steps or early_stop.stopped_at(workdir) == start
+      for field, old, new in resume.check(workdir, cfg, start,
+                                          record=jax.process_index() == 0 and not complete):
+        if not complete:
+          say(f"resuming with {field} {old!r} -> {new!r}")
       resume.check_dataset(workdir, cfg.data.path)
     if start >= train.steps:
       say(f"{workdir} is complete: its latest checkpoint is step {start} "

@@ -353,6 +353,11 @@ def test_a_resume_drops_rows_of_the_killed_run_and_a_finished_workdir_says_so(da
   assert "is complete: its latest checkpoint is step 6 (TrainConfig.steps = 6)" in \
       capsys.readouterr().out
   assert len(_rows(tmp_path)) == 6
+  resumes = (tmp_path / "resumes.jsonl").read_text()  # 3 -> 6 took effect; 6 -> 4 takes none
+  assert _train(data, tmp_path, "TrainConfig.steps = 4") is None
+  out = capsys.readouterr().out
+  assert "is complete: its latest checkpoint is step 6 (TrainConfig.steps = 4)" in out
+  assert "resuming with" not in out and (tmp_path / "resumes.jsonl").read_text() == resumes
 
 
 def test_progress_bar_in_a_log_file_draws_at_most_every_30_s(data, tmp_path, capfd):
