@@ -58,8 +58,7 @@ class PerformerAttention(nnx.Module):
   def __init__(self, *, head_dim, num_heads=1, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1, seed=0,
                kernel_epsilon=None, chunk_size=None, span=None, batch_tokens=None,
-               features="random",
-               feature_dim=None, rngs=None):
+               features="random", feature_dim=None, rngs=None):
     kernel = kernel or self.default_kernel
     kernel_epsilon = self.default_kernel_epsilon if kernel_epsilon is None else kernel_epsilon
     if kernel not in favor.KERNELS:

@@ -59,7 +59,8 @@ class Flags:
   replace: bool = flag(False, "replace archives already in DEST (by default an existing "
                               "DEST/<run name> is an error)")
   jobs: tuple[str, ...] = flag((), "plan jobs whose stamps go with the run (default: the run's "
-                                   "train job, its _eval and its _rows probe)", nargs="+", metavar="JOB")
+                                   "train job, its _eval and its _rows probe)", nargs="+",
+                                metavar="JOB")
 
 
 FLAGS = (Flags,)
