@@ -60,10 +60,18 @@ def test_help_lists_every_subcommand():
     # sizes no host has: refused before anything that large is allocated
     (("approx-error", "--seq-len", "100000000000"), "exact attention's L x L scores and logits: "
                                                     "at least"),
-    (("lemma2", "--features", "100000000"), "--features 100000000: 4096 draws of W"),
+    (("lemma2", "--features", "100000000"), "--features 100000000 x --dim 2: 4096 draws of W"),
     (("lemma2", "--angles", "1000000", "--lengths", "1000000"), "the r grid: at least"),
     (("prepare-mqar", "--out", "/tmp/x", "--eval-examples", "1000000000000"),
      "the test splits' rule baselines: at least"),
+    (("lemma2", "--samples", "100000000000"), "--samples 100000000000, --slice-angles 36: the "
+                                              "draws: at least"),
+    (("lemma2", "--slice-angles", "1000000000000"), "--slice-angles 1000000000000: the draws"),
+    (("lemma2", "--dim", "1000000000", "--features", "8"), "--features 8 x --dim 1000000000"),
+    (("approx-error", "--seq-len", "16", "--features", "10000000000"),
+     "--features 10000000000 x --dim 16 at --seq-len 16: W, q, k, v and the features"),
+    (("prepare-mqar", "--out", "/tmp/x", "--test-kv", "8,8"), "--test-kv values must differ"),
+    (("prepare-mqar", "--out", "/tmp/x", "--test-kv", "4"), "and from --num-kv 4"),
 ])
 def test_user_errors_are_one_line_with_nonzero_exit(args, message):
   result = _run(*args)

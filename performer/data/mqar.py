@@ -131,6 +131,9 @@ class MQARConfig:
     for n in self.test_kv:
       if not isinstance(n, int) or n < 1:
         raise UserError(f"--test-kv values must be integers >= 1, got {n!r}")
+      if n == self.num_kv or self.test_kv.count(n) > 1:  # a split twice, or test's own kv
+        raise UserError(f"--test-kv values must differ from each other and from --num-kv "
+                        f"{self.num_kv} (test is kv = {self.num_kv}), got {n}")
       try:
         dataclasses.replace(self, num_kv=n, test_kv=())  # the same checks at kv = n
       except UserError as e:
@@ -394,7 +397,8 @@ def prepare(task, out, *, force=False):
       another run on `out`, or an unusable `out` (outdir.check).
   """
   check_memory(task)
-  fingerprint = {"kind": KIND, **dataclasses.asdict(task)}
+  # as the manifest holds it (JSON: a tuple reads back as a list), so that a rerun matches
+  fingerprint = json.loads(json.dumps({"kind": KIND, **dataclasses.asdict(task)}))
   with outdir.lock(out):
     if outdir.check(out, [], lambda manifest: fingerprint, force):
       print(f"{out} already holds this task; nothing to do")

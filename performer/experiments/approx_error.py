@@ -215,6 +215,10 @@ def run(cfg, *, progress=True):
   """
   memory.check_fits(2 * 4 * cfg.seq_len ** 2, f"--seq-len {cfg.seq_len}: exact attention's "
                     "L x L scores and logits")
+  memory.check_fits(4 * (max(cfg.features) + 3 * cfg.seq_len) * cfg.dim
+                    + 4 * cfg.seq_len * max(cfg.features),
+                    f"--features {max(cfg.features)} x --dim {cfg.dim} at --seq-len "
+                    f"{cfg.seq_len}: W, q, k, v and the features")
   check_norms(cfg)
   errors = {}  # (scale, variant, m) -> [mse per sample]
   norms = {}  # scale -> [mean |x| of scaled queries and keys, logit std]

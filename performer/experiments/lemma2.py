@@ -53,7 +53,7 @@ KERNELS = ("trig", "positive")
 # Beyond this expected relative standard error the Monte Carlo MSE is too
 # skewed (heavy tails) for a normal z-score to mean anything.
 RELIABLE_REL_SE = 0.2
-_BATCH = 4096  # draws of W per vectorised step: bounds memory at any --samples
+_BATCH = 4096  # draws of W per vectorised step (their keys and estimates: 12 bytes a draw)
 
 
 NAME = "lemma2"
@@ -294,7 +294,9 @@ def run(cfg, *, progress=True):
   memory.check_fits(4 * 8 * cfg.angles * cfg.lengths,
                     f"--angles {cfg.angles} x --lengths {cfg.lengths}: the r grid")
   memory.check_fits(4 * _BATCH * cfg.features * (cfg.dim + 2),
-                    f"--features {cfg.features}: {_BATCH} draws of W at a time")
+                    f"--features {cfg.features} x --dim {cfg.dim}: {_BATCH} draws of W at a time")
+  memory.check_fits(12 * cfg.samples + 8 * cfg.slice_angles,  # a key and an estimate per draw
+                    f"--samples {cfg.samples}, --slice-angles {cfg.slice_angles}: the draws")
   phi, l = _cells(cfg.angles, math.pi), _cells(cfg.lengths, cfg.max_length)
   grid = utility(phi[None, :], l[:, None])  # [N, A]
   if not np.all(np.isfinite(grid) & (grid > 0)):

@@ -271,3 +271,13 @@ def test_sigterm_stops_a_preparation_and_leaves_neither_its_partial_folder_nor_i
   assert proc.returncode == 130 and err.strip().splitlines()[-1] == \
       "performer prepare-mqar: interrupted", err
   assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_preparing_the_same_task_again_does_nothing(tmp_path, capsys):
+  # The fingerprint compared as the manifest holds it: test_kv (a tuple) reads back as a list.
+  args = ["prepare-mqar", "--out", str(tmp_path / "t"), "--eval-examples", "10",
+          "--test-kv", "8"]
+  assert cli.main(args) == 0
+  capsys.readouterr()
+  assert cli.main(args) == 0
+  assert "already holds this task; nothing to do" in capsys.readouterr().out
