@@ -36,6 +36,7 @@ def test_help_lists_every_subcommand():
     (("approx-error", "--bogus"), "unrecognized arguments: --bogus"),
     (("approx-error", "--input-scale", "nan"), "finite"),
     (("approx-error", "--out", ""), "output path is empty"),
+    (("figure", "table2", "--runs", "results/runs/u_exact", "--out", ""), "output path is empty"),
     (("figure", "mse-vs-m", "--out", "x.txt"), "cannot write .txt"),
     (("prepare-trembl",), "give FASTA files or folders, or --sample"),
     (("prepare-trembl", "/nonexistent.fasta", "--out", "/tmp/x"), "no such file or folder"),

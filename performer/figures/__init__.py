@@ -104,6 +104,8 @@ FLAGS = (Flags,)
 
 def main(args):
   """`performer figure` on parsed flags: renders, then names the files written."""
+  if args.out is not None and not args.out.strip():  # not the default: the user named nothing
+    raise UserError("--out: the output path is empty")
   for path in figure(args.name, input_path=args.input, run_dirs=args.runs, out_path=args.out,
                      metric=args.metric):
     print(f"wrote {path}")
