@@ -159,7 +159,7 @@ def test_find_sequence_by_accession_or_entry_name(fasta_file, tmp_path):
   assert len(attention_maps.find_sequence(str(plain), "LONG1")[1]) == 40
   with pytest.raises(UserError, match="no record 'P99999'"):
     attention_maps.find_sequence(fasta_file, "P99999")
-  with pytest.raises(UserError, match=r"proteins.fasta.gz:8: record 'BAD1' has 'J'"):
+  with pytest.raises(UserError, match=r"proteins.fasta.gz:9: record 'BAD1' \(header on line 8\) has 'J'"):
     attention_maps.find_sequence(fasta_file, "BAD1")
   with pytest.raises(UserError, match="no such file|No such file"):
     attention_maps.find_sequence(str(tmp_path / "absent.fa"), "P00002")
