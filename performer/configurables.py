@@ -15,7 +15,7 @@ import gin
 from performer.data import pipeline
 from performer.data.pipeline import DataConfig
 from performer.errors import UserError
-from performer.flags import flag
+from performer.flags import file, flag
 from performer.models.config import ModelConfig
 from performer.train.config import Config, OptimConfig, TrainConfig
 from performer.train.sharding import MeshConfig
@@ -126,7 +126,7 @@ class GinFlags:
   """The gin files and bindings of a command that trains (train, throughput)."""
   gin: tuple[str, ...] = flag(help="gin config file (repeatable): an experiment config (gin/, "
                                    "gin/mini/), then overlays such as gin/cluster/*.gin",
-                              action="append")
+                              action="append", parse=file)
   gin_param: tuple[str, ...] = flag((), "extra gin binding NAME=VALUE, e.g. "
                                         "TrainConfig.steps=500 (repeatable)", action="append",
                                     name="--gin_param")

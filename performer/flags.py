@@ -47,18 +47,38 @@ def flag(default=dataclasses.MISSING, help="", *, name=None, parse=None, shown=N
 
 
 def split(text, kind=str):
-  """'a,b,c' -> ('a', 'b', 'c') converted by kind; blanks dropped."""
+  """'a,b,c' -> ('a', 'b', 'c') converted by kind; '' -> ().
+
+  Raises:
+    argparse.ArgumentTypeError: an item that does not convert, an empty item
+      ('a,,b': a typo, not a wish) or an item given twice.
+  """
+  noun = {int: "integers", float: "numbers"}.get(kind, "values")
+  items = [x.strip() for x in text.split(",")] if text.strip() else []
+  if "" in items:
+    raise argparse.ArgumentTypeError(f"expected comma-separated {noun}, got an empty item in "
+                                     f"'{text}'")
   try:
-    return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
+    values = tuple(kind(x) for x in items)
   except ValueError:
-    noun = {int: "integers", float: "numbers"}.get(kind, "values")
-    raise argparse.ArgumentTypeError(f"expected comma-separated {noun}, got {text!r}") from None
+    raise argparse.ArgumentTypeError(f"expected comma-separated {noun}, got '{text}'") from None
+  twice = [x for i, x in enumerate(values) if x in values[:i]]
+  if twice:
+    raise argparse.ArgumentTypeError(f"{twice[0]} is given twice in '{text}'")
+  return values
 
 
 def folder(text):
   """A folder argument: '' (which os.path would read as the current folder) is refused."""
   if not text.strip():
     raise argparse.ArgumentTypeError("expected a folder, got an empty name")
+  return text
+
+
+def file(text):
+  """A file argument: '' is refused by name, not reported as a missing file called ''."""
+  if not text.strip():
+    raise argparse.ArgumentTypeError("expected a file, got an empty name")
   return text
 
 

@@ -54,7 +54,16 @@ def test_help_lists_every_subcommand():
     # an empty name would be read as the current folder
     (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--workdir", ""), "expected a folder"),
     (("eval", "--workdir", " "), "expected a folder, got an empty name"),
-    (("eval", "--workdir", "/tmp/x", "--split", "test,ood,test"), "--split names test twice"),
+    (("eval", "--workdir", "/tmp/x", "--split", "test,ood,test"), "--split: test is given twice"),
+    (("eval", "--workdir", "/tmp/x", "--init-timeout", "-5"),
+     "--init-timeout must be a finite number of seconds > 0, got -5.0"),
+    (("approx-error", "--features", "16,,32"), "got an empty item in '16,,32'"),
+    # an empty name is refused as one, not looked up as a file or folder called ''
+    (("train", "--gin", "", "--workdir", "/tmp/x"), "argument --gin: expected a file, got an "
+                                                   "empty name"),
+    (("archive", "results/runs/u_exact", "--to", ""), "argument --to: expected a folder, got an "
+                                                      "empty name"),
+    (("figure", "table2", "--runs", ""), "argument --runs: expected a folder, got an empty name"),
     # set from the data: a binding would be ignored while config.gin records it
     (("train", "--gin", "gin/mini/trembl_u_exact.gin", "--gin_param", "ModelConfig.max_len=5",
       "--workdir", "/tmp/x"), "ModelConfig.max_len is set from DataConfig.seq_len"),
@@ -71,7 +80,7 @@ def test_help_lists_every_subcommand():
     (("lemma2", "--dim", "1000000000", "--features", "8"), "--features 8 x --dim 1000000000"),
     (("approx-error", "--seq-len", "16", "--features", "10000000000"),
      "--features 10000000000 x --dim 16 at --seq-len 16: W, q, k, v and the features"),
-    (("prepare-mqar", "--out", "/tmp/x", "--test-kv", "8,8"), "--test-kv values must differ"),
+    (("prepare-mqar", "--out", "/tmp/x", "--test-kv", "8,8"), "8 is given twice in '8,8'"),
     (("prepare-mqar", "--out", "/tmp/x", "--test-kv", "4"), "and from --num-kv 4"),
 ])
 def test_user_errors_are_one_line_with_nonzero_exit(args, message):

@@ -49,6 +49,9 @@ def test_defaults_types_and_names_come_from_the_fields():
 def test_bad_values_are_argparse_errors_naming_the_flag():
   for argv, message in ((["--seq-len", "x"], "invalid int value: 'x'"),
                         (["--scales", "1,y"], "expected comma-separated numbers, got '1,y'"),
+                        (["--scales", "1,,2"], "got an empty item in '1,,2'"),
+                        (["--scales", "1,"], "got an empty item in '1,'"),
+                        (["--scales", "2,1,2.0"], "2.0 is given twice in '2,1,2.0'"),
                         (["--the-word", "bad"], "bad value")):
     with pytest.raises(argparse.ArgumentError, match=message):
       _parser().parse_args(["--run", "r", *argv])

@@ -94,8 +94,8 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
     raise UserError(f"--examples must be >= 1, got {cfg.examples}")
   run_cfg = Config.load(cfg.run)  # what the run is, before its checkpoint is read
   if not {"kernel", "num_features"} <= set(attention.info(run_cfg.model.attention).defaults):
-    raise UserError(f"{cfg.run}: a {run_cfg.model.attention} model; recall-rows reads FAVOR's "
-                    "rows of Performer models")
+    raise UserError(f"{cfg.run}: its attention is {run_cfg.model.attention}; recall-rows reads "
+                    "FAVOR's rows of Performer models")
   if mqar.load(run_cfg.data.path) is None:
     raise UserError(f"{cfg.run}: not an MQAR run (its data is {run_cfg.data.path})")
   run_cfg, model, step = trained.load(cfg.run)

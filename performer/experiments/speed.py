@@ -150,8 +150,10 @@ class SpeedConfig:
         if value not in known:
           hint = " (the scan reference is timed with --layer-only)" if value == SCAN else ""
           raise UserError(f"unknown {name} {value!r}; choose from {', '.join(known)}{hint}")
-    if not self.seq_lens or min(self.seq_lens) < 1:
-      raise UserError(f"sequence lengths must be >= 1, got {self.seq_lens}")
+    if not self.seq_lens:
+      raise UserError("--seq-lens: give at least one L")
+    if min(self.seq_lens) < 1:
+      raise UserError(f"--seq-lens must be >= 1, got {min(self.seq_lens)}")
     if max(self.seq_lens) > 2 ** 31 - 1:  # positions and XLA's shapes are int32
       raise UserError(f"--seq-lens must be at most 2147483647 (int32 positions), got "
                       f"{max(self.seq_lens)}")
@@ -167,8 +169,9 @@ class SpeedConfig:
       raise UserError(f"--memory-cap must be >= 1 byte, got {self.memory_cap}")
     for name, values, least in (("chunk sizes", self.chunk_sizes, 1), ("spans", self.spans, 1),
                                 ("batch tokens", self.batch_tokens, 0)):
-      if any(c is not None and c < least for c in values):
-        raise UserError(f"{name} must be >= {least}, got {values}")
+      small = [c for c in values if c is not None and c < least]
+      if small:
+        raise UserError(f"{name} must be >= {least}, got {small[0]}")
     if self.dtype not in DTYPES:
       raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
     # A flag that cannot work is the real reason, whatever is installed: before torch's check.

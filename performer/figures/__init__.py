@@ -14,7 +14,7 @@ import importlib
 import os
 
 from performer.errors import UserError
-from performer.flags import flag
+from performer.flags import flag, folder
 
 FIGURES = {
     "aa-similarity": "performer.figures.aa_similarity",  # paper Fig. 13 (App. C.4)
@@ -89,7 +89,7 @@ class Flags:
       None, "run folders (`performer train` workdirs) for table2, claims, curves, "
       "backward-compat, kernels, redraw, recall, recall-lr (recall runs record their task, row, "
       "lr and seed in TrainConfig.settings: README.md, 'Associative recall')", nargs="+",
-      metavar="RUN")
+      metavar="RUN", parse=folder)
   metric: str | None = flag(None, "what curves draws against the step", shown="accuracy, in %",
                             metavar="{accuracy,perplexity,loss}")
   out: str | None = flag(

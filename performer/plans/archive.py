@@ -29,7 +29,8 @@ import tempfile
 
 from performer.atomic import writable_folder
 from performer.errors import UserError
-from performer.flags import flag
+from performer.flags import flag, folder
+from performer.plans import state
 
 # dataset.json: the data's fingerprint (an MQAR run's task); stopped_early.json: where an early
 # stop ended the run (train/early_stop.py); recall_rows.json: experiments/recall_rows.py's.
@@ -53,7 +54,7 @@ class Flags:
   runs: tuple[str, ...] = flag(help="run folders (`performer train` workdirs)", positional=True,
                                nargs="+", metavar="RUN")
   to: str = flag(help="folder that receives one <run name>/ per run",
-                 metavar="DEST")
+                 metavar="DEST", parse=folder)
   checkpoint: bool = flag(False, "also copy the last checkpoint (for runs that others start "
                                  "from)")
   replace: bool = flag(False, "replace archives already in DEST (by default an existing "
@@ -78,6 +79,11 @@ def main(args):
       raise UserError(f"{dests[dest]} and {run} would both be archived as {dest}; archive them "
                       f"into different folders")
     check(run, dest, checkpoint=args.checkpoint, replace=args.replace)
+    missing = [job for job in args.jobs if not _stamp_path(run, job)]
+    if missing:
+      raise UserError(f"{run}: no stamp of job {missing[0]} (looked for "
+                      f"{state.stamp_path(_runs_folder(run), missing[0])} and "
+                      f"{os.path.join(run, STAMPS, missing[0] + '.json')})")
     dests[dest] = run
   writable_folder(args.to)
   for dest, run in dests.items():
@@ -146,10 +152,9 @@ def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
       shutil.copy2(os.path.join(workdir, f), os.path.join(tmp, f))
     if last:
       shutil.copytree(last, os.path.join(tmp, CHECKPOINTS, os.path.basename(last)))
-    runs = os.path.dirname(os.path.normpath(workdir))
     for job in jobs:
-      stamp = os.path.join(runs, ".plan", f"{job}.json")
-      if os.path.isfile(stamp):
+      stamp = _stamp_path(workdir, job)
+      if stamp:
         os.makedirs(os.path.join(tmp, STAMPS), exist_ok=True)
         shutil.copy2(stamp, os.path.join(tmp, STAMPS, f"{job}.json"))
     _swap_in(tmp, dest)
@@ -160,6 +165,20 @@ def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
     shutil.rmtree(tmp, ignore_errors=True)
     raise
   return dest
+
+
+def _runs_folder(workdir):
+  return os.path.dirname(os.path.normpath(workdir))
+
+
+def _stamp_path(workdir, job):
+  """The stamp of `job` for run `workdir`: the plan's, else the one an archive holds (an
+  archive archived again keeps its stamps); None if neither exists."""
+  for path in (state.stamp_path(_runs_folder(workdir), job),
+               os.path.join(workdir, STAMPS, f"{job}.json")):
+    if os.path.isfile(path):
+      return path
+  return None
 
 
 def _swap_in(tmp, dest):
@@ -222,7 +241,6 @@ def restore(plan, say=print):
   The matching stamps (the train's, its eval's) come back and the archive
   job is marked done. Returns the names of the restored runs.
   """
-  from performer.plans import state  # pylint: disable=import-outside-toplevel
   restored = []
   for job, archive_job, source, stamps in restorable(plan):
     writable_folder(plan.ctx.runs)  # a clear error, not a traceback, for a bad --runs

@@ -2,13 +2,14 @@
 
 import dataclasses
 import importlib.util
+import os
 import shlex
 import time
 
 from performer import plans
 from performer.atomic import writable_folder
 from performer.errors import UserError
-from performer.flags import flag
+from performer.flags import flag, folder
 from performer.plans import archive, local, scheduler, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
@@ -34,8 +35,8 @@ def epilog():
 class Flags:
   """The flags of `performer reproduce`."""
   budget: str = flag("mini", "tiny, mini or paper")
-  only: str | None = flag(None, "studies or jobs to run, with the jobs they need",
-                          metavar="NAME[,NAME...]", shown="every study")
+  only: tuple[str, ...] | None = flag(None, "studies or jobs to run, with the jobs they need",
+                                      metavar="NAME[,NAME...]", shown="every study")
   launcher: str = flag("local", "local: run here, --jobs at a time; slurm: one sbatch per job, "
                        "with afterok dependencies (scripts/slurm/job.sbatch); print: the "
                        "commands, in an order that respects needs, for any other scheduler (each "
@@ -49,9 +50,9 @@ class Flags:
   dry_run: bool = flag(False, "show what would run (slurm: the sbatch commands) and stop; changes "
                               "nothing")
   runs: str | None = flag(None, "folder of run workdirs, logs and the plan's state",
-                          shown="runs/reproduce/BUDGET")
+                          shown="runs/reproduce/BUDGET", parse=folder)
   results: str | None = flag(None, "tables, figures and probe results",
-                             shown="results/ for mini, RUNS/results otherwise")
+                             shown="results/ for mini, RUNS/results otherwise", parse=folder)
   data: str | None = flag(None, "a prepare-trembl dataset with an OOD split to use instead of "
                                 "preparing Swiss-Prot")
   steps: int | None = flag(None, "TrainConfig.steps of every run")
@@ -85,7 +86,7 @@ def main(args):
   ctx = plans.context(args.budget, runs=args.runs, results=args.results, data=args.data,
                       steps=args.steps, bindings=args.gin_param,
                       swissprot_route=args.swissprot_route)
-  only = [args.job] if args.job else [n.strip() for n in (args.only or "").split(",") if n.strip()]
+  only = [args.job] if args.job else list(args.only or ())
   if args.only is not None and not only:
     raise UserError("--only needs a value: studies or jobs, comma-separated")
   say = lambda text: print(f"[reproduce {ctx.budget.name} {time.strftime('%H:%M:%S')}] {text}",
@@ -129,6 +130,9 @@ def main(args):
 
 def _check_flags(args):
   """Refuses flags that the others make meaningless: one line, before any work."""
+  for name, path in (("--runs", args.runs), ("--results", args.results)):
+    if path is not None and os.path.exists(path) and not os.path.isdir(path):
+      raise UserError(f"{name} {path} is a file, not a folder")
   if args.jobs is not None and args.jobs < 1:
     raise UserError(f"--jobs must be a positive integer, got {args.jobs}")
   if args.status and args.dry_run:

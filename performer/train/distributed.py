@@ -6,6 +6,7 @@ mesh in sharding.py spans them). One process needs none of this.
 """
 
 import dataclasses
+import math
 import os
 import sys
 import threading
@@ -51,6 +52,8 @@ def initialize(coordinator=None, num_processes=None, process_id=None, timeout=DE
   Raises:
     UserError: missing, malformed or inconsistent values, or a failed connection.
   """
+  if not 0 < timeout < math.inf:
+    raise UserError(f"--init-timeout must be a finite number of seconds > 0, got {timeout}")
   if not coordinator:
     if num_processes is not None or process_id is not None:
       raise UserError("--num-processes and --process-id need --coordinator HOST:PORT")
@@ -74,8 +77,6 @@ def initialize(coordinator=None, num_processes=None, process_id=None, timeout=DE
                       f"{num_processes})")
     kwargs = dict(coordinator_address=coordinator, num_processes=num_processes,
                   process_id=process_id)
-  if timeout <= 0:
-    raise UserError(f"--init-timeout must be > 0 seconds, got {timeout}")
   jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU devices talk over TCP
   watchdog = threading.Timer(timeout, _give_up, (coordinator, timeout))
   watchdog.daemon = True

@@ -65,7 +65,7 @@ def test_runs_it_cannot_read_get_one_line_errors(tmp_path):
       f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
       "ModelConfig.attention = 'exact'"])
   (run / "config.json").write_text(json.dumps(configurables.resolve().to_json()))
-  with pytest.raises(UserError, match="a exact model; recall-rows reads FAVOR's rows"):
+  with pytest.raises(UserError, match="its attention is exact; recall-rows reads FAVOR's rows"):
     recall_rows.run(recall_rows.RowsConfig(run=str(run)))
   with pytest.raises(UserError, match="--examples must be >= 1"):
     recall_rows.run(recall_rows.RowsConfig(run=run, examples=0))

@@ -344,7 +344,11 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     (("--time-cap", "-1"), "--time-cap must be a finite number of seconds > 0"),
     (("--time-cap", "0"), "--time-cap must be a finite number of seconds > 0"),
     (("--time-cap", "inf"), "--time-cap must be a finite number of seconds > 0, got inf"),
-    (("--seq-lens", "0"), "sequence lengths must be >= 1"),
+    (("--seq-lens", "0"), "--seq-lens must be >= 1, got 0"),
+    (("--seq-lens", ""), "--seq-lens: give at least one L"),
+    (("--seq-lens", "512,512"), "512 is given twice in '512,512'"),
+    (("--seq-lens", "512,,1024"), "expected comma-separated integers, got an empty item in "
+                                  "'512,,1024'"),
     (("--seq-lens", "16,1000000000000"), "--seq-lens must be at most 2147483647 (int32 positions)"),
     (("--deadline", "-1"), "--deadline must be a finite number of seconds >= 0"),
     (("--memory-cap", "lots"), "a positive size such as 512M"),
@@ -359,7 +363,8 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
      "--chunk-sizes, --spans and --batch-tokens apply to the performer_* attentions; none is "
      "selected"),
     (("--attention", "exact", "--batch-tokens", "256"), "--batch-tokens apply to the performer"),
-    (("--attention", "performer_softmax", "--batch-tokens", "-1"), "batch tokens must be >= 0"),
+    (("--attention", "performer_softmax", "--batch-tokens", "-1"),
+     "batch tokens must be >= 0, got -1"),
     (("--attention", "performer_softmax", "--direction", "bidirectional", "--spans", "64"),
      "--spans applies to causal attention: add --direction causal"),
     (("--attention", "performer_softmax", "--spans", "0"), "spans must be >= 1"),

@@ -50,6 +50,26 @@ def test_archive_copies_what_figures_read_and_the_stamps_not_the_checkpoints(tmp
   assert not os.path.exists(tmp_path / "y")
 
 
+def test_archive_keeps_an_archive_s_stamps_and_refuses_jobs_with_no_stamp(tmp_path, capsys):
+  runs = tmp_path / "runs"
+  run = _run_folder(runs / "u_exact")
+  state.write(str(runs), "u_exact", state="done", fingerprint="f1")
+  state.write(str(runs), "u_exact_eval", state="done", fingerprint="f2")
+  assert cli.main(["archive", str(run), "--to", str(tmp_path / "a")]) == 0
+  # an archive archived again (moved to another results folder) keeps its stamps
+  assert cli.main(["archive", str(tmp_path / "a" / "u_exact"), "--to", str(tmp_path / "b")]) == 0
+  capsys.readouterr()
+  assert sorted(os.listdir(tmp_path / "b" / "u_exact" / "stamps")) == ["u_exact.json",
+                                                                       "u_exact_eval.json"]
+  assert ((tmp_path / "b" / "u_exact" / "stamps" / "u_exact.json").read_text()
+          == (runs / ".plan" / "u_exact.json").read_text())
+  # a job named with --jobs must have a stamp: nothing is written
+  _refused([run, "--to", tmp_path / "c", "--jobs", "u_exact", "u_exact_rows"], capsys,
+           f"{run}: no stamp of job u_exact_rows (looked for {runs / '.plan' / 'u_exact_rows.json'}"
+           f" and {run / 'stamps' / 'u_exact_rows.json'})")
+  assert not os.path.exists(tmp_path / "c")
+
+
 def _files(folder):
   return sorted(os.path.relpath(os.path.join(r, f), folder) for r, _, fs in os.walk(folder)
                 for f in fs)

@@ -1,5 +1,6 @@
 """Launchers on small plans of stand-in jobs: local scheduling, signals, status, print, SLURM."""
 
+import contextlib
 import json
 import os
 import shlex
@@ -362,6 +363,26 @@ def test_bad_flags_are_one_line_errors(tmp_path, capsys):
         [] if "--runs" in args else ["--runs", str(tmp_path / "r")]))
     err = capsys.readouterr().err
     assert status == 2 and err.startswith(f"performer reproduce: error: {message}"), (args, err)
+
+
+def test_bad_folders_and_lists_are_refused_by_the_parser(tmp_path, capsys):
+  (tmp_path / "a_file").write_text("")
+  for args, message in [
+      (["--only", "fig6,,fig5"], "argument --only: expected comma-separated values, got an "
+                                 "empty item in 'fig6,,fig5'"),
+      (["--only", "fig6,fig6"], "argument --only: fig6 is given twice in 'fig6,fig6'"),
+      (["--runs", ""], "argument --runs: expected a folder, got an empty name"),
+      (["--results", " "], "argument --results: expected a folder, got an empty name"),
+      (["--runs", str(tmp_path / "a_file")], f"--runs {tmp_path / 'a_file'} is a file, not a "
+                                             "folder"),
+      (["--results", str(tmp_path / "a_file"), "--status"],
+       f"--results {tmp_path / 'a_file'} is a file, not a folder"),
+  ]:
+    with pytest.raises(SystemExit) if "argument" in message else contextlib.nullcontext():
+      status = cli.main(["reproduce", *args])
+      assert status == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(message), args
+  assert os.listdir(tmp_path) == ["a_file"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -179,7 +179,10 @@ def test_cluster_flags_are_checked(tmp_path):
            (["--coordinator", "localhost:1", "--num-processes", "-3", "--process-id", "0"],
             "--num-processes must be >= 1, got -3"),
            (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "0",
-             "--init-timeout", "0"], "--init-timeout must be > 0 seconds")]
+             "--init-timeout", "0"], "--init-timeout must be a finite number of seconds > 0"),
+           # checked with one process too: a flag given is a flag read
+           (["--init-timeout", "nan"], "--init-timeout must be a finite number of seconds > 0, "
+                                       "got nan")]
   for flags, message in cases:
     done = subprocess.run([sys.executable, "-m", "performer.cli", "train", "--gin", CONFIG,
                            "--workdir", str(tmp_path), *flags], cwd=ROOT, capture_output=True,
