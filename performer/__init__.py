@@ -1,6 +1,6 @@
 """performer: reproduce and extend "Rethinking Attention with Performers"."""
 
-__version__ = "0.1.0"
+from performer.version import __version__  # noqa: F401  (performer.__version__)
 
 
 def load(workdir):
@@ -19,5 +19,5 @@ def load(workdir):
   Raises:
     UserError: not a trained workdir, or parameters that do not fit its model.
   """
-  from performer.experiments import trained  # pylint: disable=import-outside-toplevel
+  from performer.train import trained  # pylint: disable=import-outside-toplevel
   return trained.load(workdir)

@@ -247,7 +247,7 @@ def _version():
   try:
     return importlib.metadata.version("performer")
   except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
-    from performer import __version__  # pylint: disable=import-outside-toplevel
+    from performer.version import __version__  # pylint: disable=import-outside-toplevel
     return __version__
 
 

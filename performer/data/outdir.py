@@ -1,7 +1,8 @@
 """Output folders of prepared datasets: locked, checked first, built aside, swapped in.
 
-`prepare` is the protocol every prepare-* command follows. A run holds `<out>.lock` (an flock, see atomic.exclusive_lock) from start to
-end, so a second run on the same `<out>` stops at once. A dataset is built in
+`prepare` is the protocol every prepare-* command follows. A run holds
+`<out>.lock` (an flock, see atomic.exclusive_lock) from start to end, so a
+second run on the same `<out>` stops at once. A dataset is built in
 `<out>.partial`, which holds a marker file so that only folders this code made
 are ever deleted, and renamed to `<out>` at the end. `--force` replaces an
 `<out>` only if it holds a performer dataset (manifest.json), never a folder
@@ -19,7 +20,7 @@ import os
 import shutil
 import sys
 
-from performer import __version__
+from performer.version import __version__
 from performer.atomic import exclusive_lock, writable_folder
 from performer.errors import UserError
 

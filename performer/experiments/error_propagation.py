@@ -44,7 +44,7 @@ from performer import favor
 from performer.attention.registry import RandomFeatures
 from performer.data import pipeline
 from performer.errors import UserError
-from performer.experiments import trained as trained_runs
+from performer.train import trained as trained_runs
 from performer.experiments.results import Result
 from performer.flags import flag
 from performer.models.transformer import TransformerLM

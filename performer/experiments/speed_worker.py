@@ -90,7 +90,7 @@ def measure(spec):
   """
   memory = _PeakMemory()
   if spec["attention"] == speed_pytorch.NAME:  # eager torch: nothing to compile or plan
-    fn, (run, args) = None, speed_pytorch.build(spec, NUM_FEATURES)
+    fn, (run, args) = None, speed_pytorch.build(spec, CONFIGS[spec["config"]], NUM_FEATURES)
   else:
     run, (fn, args) = None, _build(spec)
   with _device_lock(spec.get("lock")) as waited:

@@ -321,7 +321,7 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
   for causal in (False, True):
     spec = {"config": "small", "direction": "causal" if causal else "bidirectional",
             "mode": "fwd", "L": 12}
-    run, inputs = speed_pytorch.build(spec, num_features=8192)
+    run, inputs = speed_pytorch.build(spec, speed_worker.CONFIGS["small"], num_features=8192)
     for x in inputs[:2]:  # q, k at a scale where m = 8192 features estimate well (Lemma 2)
       x.mul_(0.3)
     theirs = run().numpy().transpose(0, 2, 1, 3)  # [1, L, H, d] as ours
