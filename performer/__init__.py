@@ -7,7 +7,7 @@ def load(workdir):
   """A trained `performer train` workdir as (Config, model, step), for decoding or analysis.
 
   The latest checkpoint is restored into the run's `TransformerLM` (dropout
-  off, a Performer keeping its last draw of W); see README "Using a trained
+  off, a Performer keeping its last draw of W); see docs/training.md "Using a trained
   model".
 
   Args:

@@ -15,7 +15,7 @@ import importlib.util
 import os
 
 NAME = "performer_pytorch"
-INSTALL = "pip install -e '.[peers]' (a CPU build of torch is enough; README.md: Speed)"
+INSTALL = "pip install -e '.[peers]' (a CPU build of torch is enough; docs/speed.md)"
 
 
 def missing():

@@ -88,7 +88,7 @@ class Flags:
   runs: tuple[str, ...] | None = flag(
       None, "run folders (`performer train` workdirs) for table2, claims, curves, "
       "backward-compat, kernels, redraw, recall, recall-lr (recall runs record their task, row, "
-      "lr and seed in TrainConfig.settings: README.md, 'Associative recall')", nargs="+",
+      "lr and seed in TrainConfig.settings: docs/reproducing.md, 'Associative recall')", nargs="+",
       metavar="RUN", parse=folder)
   metric: str | None = flag(None, "what curves draws against the step", shown="accuracy, in %",
                             metavar="{accuracy,perplexity,loss}")

@@ -139,7 +139,7 @@ def _by_task(loaded):
     task, row = run.settings.get("task"), run.settings.get("row")
     if not task or not row:
       raise UserError(f"{run.path}: not a recall run (its config.json records no task and row; "
-                      "runs of performer reproduce --only recall do, README.md says how to "
+                      "runs of performer reproduce --only recall do, docs/reproducing.md says how to "
                       "record them by hand)")
     check_settings(run.path, task, row)
     if "test" not in run.evals and not run.failed:

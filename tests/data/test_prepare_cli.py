@@ -100,7 +100,7 @@ def test_allow_nucleotide_and_skip_bad_books_flags(tmp_path, capsys):
 def test_docs_name_the_build_folder_the_code_uses(tmp_path):
   built = outdir.begin(str(tmp_path / "x"))
   assert built == str(tmp_path / "x.partial")
-  with open(os.path.join(ROOT, "README.md")) as f:
+  with open(os.path.join(ROOT, "docs", "data.md")) as f:
     readme = f.read()
   with open(os.path.join(ROOT, "data", "README.md")) as f:
     data_readme = f.read()
