@@ -32,7 +32,7 @@ from performer import memory
 from performer.errors import UserError
 from performer.experiments import speed_pytorch
 from performer.experiments.results import Result
-from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
+from performer.experiments.speed_worker import CONFIGS, FORM, NUM_FEATURES, SCAN, form_options
 from performer.flags import flag, split
 from performer.models.config import DTYPES
 
@@ -185,10 +185,12 @@ class SpeedConfig:
       raise UserError(reason)
     if self.targets:
       return  # targets_plan() ignores the selection
-    if ((self.chunk_sizes, self.spans, self.batch_tokens) != ((None,), (None,), (None,))
-        and not any(a.startswith("performer") for a in self.attentions)):
-      raise UserError("--chunk-sizes, --spans and --batch-tokens apply to the performer_* "
-                      "attentions; none is selected")
+    for option, flag_name, given in zip(FORM, ("--chunk-sizes", "--spans", "--batch-tokens"),
+                                        (self.chunk_sizes, self.spans, self.batch_tokens)):
+      if given != (None,) and not any(option in form_options(a) for a in self.attentions):
+        takers = [a for a in backends.names() if option in form_options(a)]
+        raise UserError(f"{flag_name} applies to the attentions with a {option} option "
+                        f"({', '.join(takers)}); none is selected")
     if self.spans != (None,) and "causal" not in self.directions:
       raise UserError("--spans applies to causal attention: add --direction causal")
     if not plan(self):  # the only filter: favor_scan is causal only
@@ -202,11 +204,11 @@ CONFIG = SpeedConfig
 def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
          batch_tokens=None, dtype="float32"):
   """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
-  performer = attention.startswith("performer")
+  takes = form_options(attention)
   return {"config": config, "attention": attention, "direction": direction, "mode": mode,
-          "L": length, "layer": layer, "chunk_size": chunk_size if performer else None,
-          "span": span if performer and direction == "causal" else None,
-          "batch_tokens": batch_tokens if performer else None, "dtype": dtype}
+          "L": length, "layer": layer, "chunk_size": chunk_size if "chunk_size" in takes else None,
+          "span": span if "span" in takes and direction == "causal" else None,
+          "batch_tokens": batch_tokens if "batch_tokens" in takes else None, "dtype": dtype}
 
 
 def plan(cfg):
@@ -222,10 +224,10 @@ def plan(cfg):
         if attention != SCAN and direction == "causal" and not backends.info(attention).causal:
           continue  # a bidirectional-only backend (Linformer)
         for mode in cfg.modes:
-          performer = attention.startswith("performer")
-          chunks = cfg.chunk_sizes if performer else (None,)
-          spans = cfg.spans if performer and direction == "causal" else (None,)
-          groups = cfg.batch_tokens if performer else (None,)
+          takes = form_options(attention)
+          chunks = cfg.chunk_sizes if "chunk_size" in takes else (None,)
+          spans = cfg.spans if "span" in takes and direction == "causal" else (None,)
+          groups = cfg.batch_tokens if "batch_tokens" in takes else (None,)
           for chunk, span, group in itertools.product(chunks, spans, groups):
             series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
                                 chunk_size=chunk, span=span, batch_tokens=group,

@@ -67,6 +67,7 @@ CONFIGS = {"regular": Shape(8, 6, 2048, 512), "small": Shape(1, 6, 64, 64),
 VOCAB_SIZE = 256
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 NUM_FEATURES = CONFIGS["regular"].num_features
+FORM = ("chunk_size", "span", "batch_tokens")  # FAVOR's form options (favor.Form), where taken
 # Harness-only attention: FAVOR+ causal by a per-token lax.scan prefix sum
 # (favor.causal_linear_attention_scan), the reference path of the causal target.
 SCAN = "favor_scan"
@@ -243,11 +244,23 @@ def _layer(spec):
   return lambda q, k, v, state: grad(build(state), q, k, v), (q, k, v, state)
 
 
+def form_options(attention):
+  """Which of FORM backend `attention` takes, as its registry entry's options say; none for the
+  scan reference and performer-pytorch (not registered)."""
+  from performer import attention as backends  # pylint: disable=import-outside-toplevel
+  if attention not in backends.names():
+    return ()
+  return tuple(o for o in FORM if o in backends.info(attention).defaults)
+
+
 def _options(spec):
-  if not spec["attention"].startswith("performer"):
+  """A configuration's attention options: its m (where the backend has one) and its form."""
+  from performer import attention as backends  # pylint: disable=import-outside-toplevel
+  if spec["attention"] not in backends.names():
     return {}
-  options = {"num_features": CONFIGS[spec["config"]].num_features}
-  for name in ("chunk_size", "span", "batch_tokens"):
+  has_m = "num_features" in backends.info(spec["attention"]).defaults
+  options = {"num_features": CONFIGS[spec["config"]].num_features} if has_m else {}
+  for name in FORM:
     if spec.get(name) is not None:
       options[name] = spec[name]
   return options
@@ -341,7 +354,7 @@ def main():
   if spec.get("attention") == "exact_dot_product":  # which of its implementations ran
     from performer.attention import dot_product  # pylint: disable=import-outside-toplevel
     result["implementation"] = dot_product.implementation(spec.get("dtype", "float32"))
-  if spec.get("attention", "").startswith("performer"):  # the lengths it ran with
+  if form_options(spec.get("attention")):  # the lengths it ran with
     from performer import favor  # pylint: disable=import-outside-toplevel
     result["form"] = favor.form()._asdict()
   result["device"] = jax.devices()[0].device_kind

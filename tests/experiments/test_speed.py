@@ -359,10 +359,13 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     # Selections that measure nothing, or flags that would be ignored:
     (("--layer-only", "--attention", "favor_scan", "--direction", "bidirectional"),
      "this selection measures nothing: favor_scan runs causal only"),
+    # which attentions take a form option is the registry's fact (linear takes a chunk_size too)
     (("--attention", "exact,identity", "--chunk-sizes", "64"),
-     "--chunk-sizes, --spans and --batch-tokens apply to the performer_* attentions; none is "
-     "selected"),
-    (("--attention", "exact", "--batch-tokens", "256"), "--batch-tokens apply to the performer"),
+     "--chunk-sizes applies to the attentions with a chunk_size option (linear, performer_favorpp, "
+     "performer_favorsharp, performer_relu, performer_softmax); none is selected"),
+    (("--attention", "linear", "--batch-tokens", "256"), "--batch-tokens applies to the "
+     "attentions with a batch_tokens option (performer_favorpp, performer_favorsharp, "
+     "performer_relu, performer_softmax); none is selected"),
     (("--attention", "performer_softmax", "--batch-tokens", "-1"),
      "batch tokens must be >= 0, got -1"),
     (("--attention", "performer_softmax", "--direction", "bidirectional", "--spans", "64"),
@@ -419,3 +422,18 @@ def test_the_recall_config_times_the_recall_studys_step():
   loss, grads = fn(params, rest, tokens)
   assert jnp.isfinite(loss) and len(jax.tree.leaves(grads)) == len(jax.tree.leaves(params))
   assert not any("mlp" in str(path) for path, _ in jax.tree_util.tree_leaves_with_path(params))
+
+
+def test_form_options_come_from_the_registry():
+  # linear takes a chunk_size and a span (favor's causal form) but has no batch groups or m
+  got = speed.spec("small", "linear", "causal", "fwd", 16, layer=True, chunk_size=8, span=8,
+                   batch_tokens=64)
+  assert (got["chunk_size"], got["span"], got["batch_tokens"]) == (8, 8, None)
+  assert speed_worker._options(got) == {"chunk_size": 8, "span": 8}  # pylint: disable=protected-access
+  favor_plus = speed.spec("small", "performer_softmax", "bidirectional", "fwd", 16, layer=True,
+                          chunk_size=8, span=8, batch_tokens=64)
+  assert (favor_plus["chunk_size"], favor_plus["span"], favor_plus["batch_tokens"]) == (8, None, 64)
+  assert speed_worker._options(favor_plus) == {  # pylint: disable=protected-access
+      "num_features": speed_worker.CONFIGS["small"].num_features, "chunk_size": 8,
+      "batch_tokens": 64}
+  assert speed_worker.form_options("exact") == speed_worker.form_options(speed.SCAN) == ()
