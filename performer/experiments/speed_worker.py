@@ -68,6 +68,7 @@ VOCAB_SIZE = 256
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 NUM_FEATURES = CONFIGS["regular"].num_features
 FORM = ("chunk_size", "span", "batch_tokens")  # FAVOR's form options (favor.Form), where taken
+DIRECTIONS = ("bidirectional", "causal")
 # Harness-only attention: FAVOR+ causal by a per-token lax.scan prefix sum
 # (favor.causal_linear_attention_scan), the reference path of the causal target.
 SCAN = "favor_scan"
@@ -251,6 +252,16 @@ def form_options(attention):
   if attention not in backends.names():
     return ()
   return tuple(o for o in FORM if o in backends.info(attention).defaults)
+
+
+def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
+         batch_tokens=None, dtype="float32"):
+  """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
+  takes = form_options(attention)
+  return {"config": config, "attention": attention, "direction": direction, "mode": mode,
+          "L": length, "layer": layer, "chunk_size": chunk_size if "chunk_size" in takes else None,
+          "span": span if "span" in takes and direction == "causal" else None,
+          "batch_tokens": batch_tokens if "batch_tokens" in takes else None, "dtype": dtype}
 
 
 def _options(spec):
