@@ -75,7 +75,7 @@ SCAN = "favor_scan"
 
 
 def measure(spec):
-  """Measures `spec` (a dict from `speed.spec`, plus repeats, memory_cap, deadline,
+  """Measures `spec` (a dict from `spec`, plus repeats, memory_cap, deadline,
   profile and lock) and returns the row's measured fields.
 
   With spec["lock"] (a file path, `speed --jobs` > 1) the process builds its
