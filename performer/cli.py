@@ -11,7 +11,6 @@ literal, from the module's source, so `performer --help` imports no jax.
 """
 
 import argparse
-import ast
 import importlib
 import importlib.metadata
 import json
@@ -20,7 +19,7 @@ import signal
 import sys
 import threading
 
-from performer import flags
+from performer import declared, flags
 from performer.errors import UserError
 
 # Subcommands in the order of a study: data, training, measurements, then plans and figures.
@@ -128,11 +127,7 @@ def _summary(where):
   its packages (performer.plans imports jax, which takes seconds)."""
   base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *where.split(".")[1:])
   source = base + ".py" if os.path.isfile(base + ".py") else os.path.join(base, "__init__.py")
-  with open(source, encoding="utf-8") as f:
-    tree = ast.parse(f.read())
-  return next(ast.literal_eval(node.value) for node in tree.body
-              if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets]
-              == ["SUMMARY"])
+  return declared.constants(source, ("SUMMARY",))["SUMMARY"]
 
 
 def _summaries():

@@ -24,6 +24,9 @@ import numpy as np  # pylint: disable=wrong-import-position
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "attention-maps"  # performer figure NAME
+SUMMARY = "Figs. 10-11 a protein's attention maps and a two-head zoom (--input JSON)"
+
 REQUIRED = {"layer": float, "head": float, "name": str, "exact_diagonal_share": float,
             "exact_top_column_share": float}
 ZOOM = 25  # tokens shown in the zoom (Fig. 11)

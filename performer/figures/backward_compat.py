@@ -28,6 +28,11 @@ from performer.figures import runs  # pylint: disable=wrong-import-position
 from performer.figures.curves import STYLES, curve, diverged, seed_band, seed_curves, step_axis  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "backward-compat"  # performer figure NAME
+SUMMARY = "Fig. 5 a Transformer's weights fine-tuned as Performers (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig5_backward_compat.png"  # in the first run's parent folder
+
 VARIANTS = ("Transformer (continued)", "Performer positive, redraw",
             "Performer positive, no redraw", "Performer trig", "Performer SMREG",
             "Performer-ReLU", "Linformer")

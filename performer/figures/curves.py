@@ -26,6 +26,11 @@ from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures import runs  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "curves"  # performer figure NAME
+SUMMARY = "Fig. 6 train/validation curves of --metric against step (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig6_{metric}.png"  # in the first run's parent folder
+
 METRICS = {"accuracy": "accuracy (%)", "perplexity": "perplexity", "loss": "loss (nats per token)"}
 COLOURS = {"Transformer": "C3", "Performer-softmax": "C0", "Performer-ReLU": "C2",
            "Reformer": "C1", "Linformer": "C4", "Linear": "C5", "Identity": "k"}

@@ -20,6 +20,9 @@ from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "error-propagation"  # performer figure NAME
+SUMMARY = "Fig. 14 Transformer vs FAVOR+ error against layer (--input JSON)"
+
 REQUIRED = {"setting": str, "quantity": str, "m": float, "layer": float, "num_layers": float,
             "error_mean": float, "error_min": float, "error_max": float, "draws": float}
 

@@ -28,6 +28,11 @@ from performer.figures import runs  # pylint: disable=wrong-import-position
 from performer.figures.curves import SCORED, STYLES, curve, seed_band, seed_curves  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "kernels"  # performer figure NAME
+SUMMARY = "Fig. 16 accuracy of generalized-attention kernels, log-log, NaN stops (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig16_kernels.png"  # in the first run's parent folder
+
 # Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
 KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",
                  "abs": "abs (absolute)", "gelu": "gelu", "trig": "trig (cosine)",

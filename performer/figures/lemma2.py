@@ -23,6 +23,9 @@ from matplotlib.colors import TwoSlopeNorm  # pylint: disable=wrong-import-posit
 from performer.errors import UserError  # pylint: disable=wrong-import-position
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "lemma2"  # performer figure NAME
+SUMMARY = "Fig. 2 MSE ratio r of trig to positive features (--input lemma2 JSON)"
+
 REQUIRED = {"phi": float, "l": float, "kernel_value": float, "mse_trig": float,
             "mse_positive": float, "r": float, "mc_trig": float, "mc_trig_se": float,
             "mc_positive": float, "mc_positive_se": float}

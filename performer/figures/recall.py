@@ -47,6 +47,10 @@ from performer.figures import runs as runs_lib  # pylint: disable=wrong-import-p
 from performer.figures.io import check_figure_path, save_figure  # pylint: disable=wrong-import-position
 from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
 
+NAME = "recall"  # performer figure NAME
+SUMMARY = "MQAR recall accuracy against state size and m, with verdicts (--runs)"
+READS = "runs"  # render(run folders, out)
+
 # A twentieth of exact's gain over the control: the smallest gap in recall we would call a
 # different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
 DELTA_FRACTION = 0.05
@@ -139,8 +143,8 @@ def _by_task(loaded):
     task, row = run.settings.get("task"), run.settings.get("row")
     if not task or not row:
       raise UserError(f"{run.path}: not a recall run (its config.json records no task and row; "
-                      "runs of performer reproduce --only recall do, docs/reproducing.md says how to "
-                      "record them by hand)")
+                      "runs of performer reproduce --only recall do, docs/reproducing.md says "
+                      "how to record them by hand)")
     check_settings(run.path, task, row)
     if "test" not in run.evals and not run.failed:
       raise UserError(f"{run.path}: no eval_test.json (run performer eval --split test)")

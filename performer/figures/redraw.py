@@ -21,6 +21,11 @@ from performer.figures import curves, runs  # pylint: disable=wrong-import-posit
 from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
 from performer.figures.kernels import kernel_of, mark_divergence, one_direction, options  # pylint: disable=wrong-import-position
 
+NAME = "redraw"  # performer figure NAME
+SUMMARY = "Fig. 15 softmax features with/without redrawing; softmax vs ReLU (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig15_redraw.png"  # in the first run's parent folder
+
 NO_REDRAW_COLOURS = ("C3", "C1", "C6", "C5", "C8")
 REDRAW_COLOURS = ("C0", "C2", "C9", "C4", "C7")
 LEFT = "positive softmax features: never redrawn vs redrawn, by feature seed"

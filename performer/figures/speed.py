@@ -21,6 +21,9 @@ from matplotlib.ticker import FixedLocator, NullLocator  # pylint: disable=wrong
 
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
 
+NAME = "speed"  # performer figure NAME
+SUMMARY = "Fig. 3 time and memory against L (--input speed JSON)"
+
 REQUIRED = {"config": str, "attention": str, "direction": str, "mode": str, "L": float,
             "status": str}
 COLOURS = {"exact": "C3", "exact_blockwise": "C1", "exact_dot_product": "C5",
