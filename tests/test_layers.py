@@ -9,7 +9,7 @@ from performer import cli
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "performer"
 # Lowest first; a component may import from the rows above its own, never from its row or below.
 LAYERS = (
-    ("version", "errors", "verdicts"),
+    ("version", "errors", "verdicts", "declared"),
     ("flags", "atomic", "memory"),
     ("favor",),
     ("attention",),
