@@ -18,7 +18,7 @@ LAYERS = (
     ("configurables",),
     ("experiments", "figures"),
     ("plans",),
-    ("cli", ""),  # "": performer/__init__.py
+    ("cli", "commands", ""),  # "": performer/__init__.py
 )
 RANK = {name: rank for rank, row in enumerate(LAYERS) for name in row}
 

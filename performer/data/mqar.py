@@ -62,6 +62,7 @@ BYTES_PER_TOKEN = 16
 _SPLIT_CODE = {"train": 0, "valid": 1, "test": 2, "test_shuffled": 2}  # test_kv<n>: 3 + n
 _RULE_CODE, _FILLER_STREAM, _EPOCH_STREAM = 1000, 1, 2
 
+NAME = "prepare-mqar"  # the command
 SUMMARY = "multi-query associative recall (Zoology's MQAR): a generated dataset's folder"
 DESCRIPTION = (
     "Writes the folder of an MQAR task (manifest.json and stats.json: its options, the chance "

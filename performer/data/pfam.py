@@ -41,6 +41,7 @@ from performer.flags import flag
 GECCO = ("gecco==0.11.0", "gecco/hmmer/Pfam.h3m")
 
 
+NAME = "label-pfam"  # the command
 SUMMARY = "Pfam family labels by HMM search, for prepare-trembl's OOD split"
 DESCRIPTION = ("Labels protein sequences with Pfam-A families (pyhmmer hmmsearch at each HMM's "
                "gathering cutoff) for prepare-trembl --families, when Pfam's regions file is not "

@@ -36,6 +36,7 @@ from performer.flags import flag
 
 
 
+NAME = "prepare-pg19"  # the command
 SUMMARY = "PG-19 books -> SentencePiece token shards (App. A.1.1)"
 DESCRIPTION = ("Trains a unigram SentencePiece model (whitespace kept, fully invertible) on train "
                "text, encodes train/validation/test books into token shards, and records per "

@@ -35,6 +35,7 @@ FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".seq")
 SPLITS = ("train", "valid", "test", "ood")
 
 
+NAME = "prepare-trembl"  # the command
 SUMMARY = "UniProt FASTA -> token shards with the paper's splits (Table 1)"
 DESCRIPTION = ("Streams FASTA files (plain or .gz; folders are searched for them), validates and "
                "tokenizes each record, assigns IID train/valid/test splits from a hash of the "

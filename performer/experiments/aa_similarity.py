@@ -37,6 +37,7 @@ from performer.data import pipeline, vocab
 from performer.data.shards import TokenShards
 from performer.errors import UserError
 from performer.experiments import protein_matrices
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -297,3 +298,6 @@ def report(cfg, result):
                    f"--min-total {cfg.min_total:g} for a correlation; lower them for diffuse "
                    "attention")
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

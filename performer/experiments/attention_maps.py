@@ -26,6 +26,7 @@ from performer import favor
 from performer.data import fasta, vocab
 from performer.errors import UserError
 from performer.experiments import protein_matrices
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -278,3 +279,6 @@ def report(cfg, result):
 
 def _joined(values):
   return ",".join(map(str, values))
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

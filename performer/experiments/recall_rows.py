@@ -26,6 +26,7 @@ from performer import attention, favor
 from performer.attention.performer import PerformerAttention
 from performer.data import mqar, pipeline
 from performer.errors import UserError
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -164,3 +165,6 @@ def report(cfg, result):
                  f"{r['favor_answer']:.3f} / exact {r['exact_answer']:.3f}; same argmax "
                  f"{100 * r['argmax_agree']:.1f}%")
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

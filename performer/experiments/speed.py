@@ -31,6 +31,7 @@ from performer import attention as backends
 from performer import memory
 from performer.errors import UserError
 from performer.experiments import speed_pytorch
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.experiments.speed_targets import (EXACT, format_ratios, peer_ratios, ratios,
                                                  targets_plan)
@@ -364,3 +365,6 @@ def _form_text(row, sep):
   return "".join(f" {label}{sep}{row[key]}" for label, key in (
       ("chunk", "chunk_size"), ("span", "span"), ("batch_tokens", "batch_tokens"))
       if row.get(key) is not None)
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

@@ -24,7 +24,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def _declared():
   """{figure name: its module's declarations}, read from the sources (no import: matplotlib)."""
   out = {}
-  for path in sorted(glob.glob(os.path.join(_HERE, "*.py"))):
+  for path in sorted(glob.glob(os.path.join(_HERE, "[!_]*.py"))):  # not this module
     found = declared.constants(path, ("NAME", "SUMMARY", "READS", "OUT", "TABLE", "INPUT"))
     if "NAME" in found:
       module = os.path.splitext(os.path.basename(path))[0]
@@ -52,6 +52,7 @@ TABLES = frozenset(name for name, d in _FIGURES.items() if d.get("TABLE"))
 INPUTS = {**_produced(), **{name: d["INPUT"] for name, d in _FIGURES.items() if "INPUT" in d}}
 
 
+NAME = "figure"  # the command
 SUMMARY = "draw a paper figure or table from result files or runs"
 DESCRIPTION = ("Renders a figure or table from a result file (--input) or from `performer train` "
                "run folders (--runs) without recomputing anything.")
@@ -96,6 +97,11 @@ def listing():
   """One line per figure, '  name  summary', for the command's help."""
   width = max(map(len, FIGURES))
   return "\n".join(f"  {name:<{width}}  {SUMMARIES[name]}" for name in sorted(FIGURES))
+
+
+def epilog():
+  """The figures and tables, for `performer figure --help`."""
+  return "figures and tables:\n" + listing()
 
 
 def default_out(name, source, metric="accuracy"):

@@ -13,6 +13,7 @@ from performer.flags import flag, folder
 from performer.plans import archive, local, scheduler, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
+NAME = "reproduce"  # the command
 SUMMARY = "every study of the paper as one plan, run here or on a SLURM cluster"
 DESCRIPTION = ("Builds the plan of a budget: data, training runs, evals, probes, tables and "
                "figures, each a job that starts when the jobs it needs are done. Finished jobs are "
