@@ -33,8 +33,10 @@ TARGETS = {
     "1a": Target("causal / bidirectional FAVOR+ fwd+bwd, L=8192 (layer, m=256, d=64, 8 heads)",
                  "<=", "1.3"),
     "1b": Target("per-token lax.scan / chunked causal FAVOR+ fwd+bwd, L=8192", ">=", "2"),
-    "2B": Target("Performer / identity-attention model fwd+bwd, regular, (B), L=8192", "<=", "1.25"),
-    "2U": Target("Performer / identity-attention model fwd+bwd, regular, (U), L=8192", "<=", "1.25"),
+    "2B": Target("Performer / identity-attention model fwd+bwd, regular, (B), L=8192",
+                 "<=", "1.25"),
+    "2U": Target("Performer / identity-attention model fwd+bwd, regular, (U), L=8192",
+                 "<=", "1.25"),
     "3": Target("bidirectional FAVOR+ fwd GFLOP/s at L=16384 / jnp.dot float32 GFLOP/s", ">=",
                 "0.5"),
     "4": Target("causal FAVOR+ fwd+bwd peak bytes/token, L=4096 vs 32768 (max/min)", "<=", "1.10"),
@@ -201,7 +203,8 @@ def _values(rows, matmul):
     ident = _find(rows, config="regular", layer=False, attention="identity",
                   direction=direction, mode="fwdbwd", L=8192)
     out[f"2{tag}"] = (perf and ident and perf["median_ms"] / ident["median_ms"],
-                      perf and ident and f"{perf['median_ms']:.0f} ms / {ident['median_ms']:.0f} ms")
+                      perf and ident
+                      and f"{perf['median_ms']:.0f} ms / {ident['median_ms']:.0f} ms")
   fwd = _find(rows, attention="performer_softmax", direction="bidirectional", mode="fwd",
               L=16384, **layer)
   if fwd and matmul.get("status") == "ok":
