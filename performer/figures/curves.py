@@ -15,16 +15,13 @@ panels. Never recomputes anything.
 
 import math
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
-from matplotlib.ticker import MaxNLocator  # pylint: disable=wrong-import-position
-
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures import runs
+from performer.figures.io import check_figure_path, figure_format, save_figure
 
 NAME = "curves"  # performer figure NAME
 SUMMARY = "Fig. 6 train/validation curves of --metric against step (--runs)"

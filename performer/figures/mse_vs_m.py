@@ -12,12 +12,9 @@ medians. Legends sit beside the panels, off the curves. Never recomputes the
 experiment.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
 NAME = "mse-vs-m"  # performer figure NAME
 SUMMARY = "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)"

@@ -32,20 +32,17 @@ import json
 import os
 import re
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
-
-from performer import attention, verdicts  # pylint: disable=wrong-import-position
-from performer.data import mqar  # pylint: disable=wrong-import-position
-from performer.atomic import atomic_path  # pylint: disable=wrong-import-position
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import claims as claims_lib  # pylint: disable=wrong-import-position
-from performer.figures import runs as runs_lib  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, save_figure  # pylint: disable=wrong-import-position
-from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
+from performer import attention, verdicts
+from performer.data import mqar
+from performer.atomic import atomic_path
+from performer.errors import UserError
+from performer.figures import claims as claims_lib
+from performer.figures import runs as runs_lib
+from performer.figures.io import check_figure_path, save_figure
+from performer.figures.tables import Column, write_table
 
 NAME = "recall"  # performer figure NAME
 SUMMARY = "MQAR recall accuracy against state size and m, with verdicts (--runs)"

@@ -10,16 +10,13 @@ the step; a run that a NaN stopped (diverged.json) ends in an 'x'. Left:
 warm colours never redraw, cool colours redraw. Never recomputes anything.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
-
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import curves, runs  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
-from performer.figures.kernels import kernel_of, mark_divergence, one_direction, options  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures import curves, runs
+from performer.figures.io import check_figure_path, figure_format, save_figure
+from performer.figures.kernels import kernel_of, mark_divergence, one_direction, options
 
 NAME = "redraw"  # performer figure NAME
 SUMMARY = "Fig. 15 softmax features with/without redrawing; softmax vs ReLU (--runs)"
