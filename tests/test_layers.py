@@ -101,3 +101,11 @@ def test_no_experiment_or_backend_imports_a_sibling():
       "performer.attention.registry"}
   wrong += [f"{a} imports {b}" for a in backends for b in edges[a] if b in backends]
   assert not wrong
+
+
+def test_no_module_is_longer_than_400_lines():
+  """A module a newcomer reads top to bottom (docs/ARCHITECTURE.md): past 400 lines it holds
+  more than one concern."""
+  long = [f"{path.relative_to(PACKAGE)}: {n} lines" for path in sorted(PACKAGE.rglob("*.py"))
+          if (n := len(path.read_text().splitlines())) > 400]
+  assert not long

@@ -54,7 +54,8 @@ def ceilings(run, splits):
     return {}
   if task is None:
     return {}
-  return {s: mqar.mqar.ceilings(task, s) for s in splits if s in task.splits and s.startswith("test")}
+  return {s: mqar.ceilings(task, s) for s in splits
+          if s in task.splits and s.startswith("test")}
 
 
 def ceiling_note(task, split, rules):
@@ -73,4 +74,5 @@ def gate_note(task, gate):
     return f"{task}: gate undecided (needs >= 2 seeds of exact and identity)."
   low, high = (100 * x for x in gate["interval"])
   return (f"{task}: exact beats identity by {100 * gate['difference']:.2f} pp (95% {low:.2f} .. "
-          f"{high:.2f}, MDE {100 * gate['mde']:.2f}): gate {'passed' if gate['passed'] else 'failed'}.")
+          f"{high:.2f}, MDE {100 * gate['mde']:.2f}): "
+          f"gate {'passed' if gate['passed'] else 'failed'}.")
