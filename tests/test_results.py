@@ -172,7 +172,7 @@ def test_the_first_recall_studys_no_binding_ceiling_is_computed_not_assumed():
 
 def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_files():
   # Issue 41 item 16.
-  from performer.experiments import speed  # pylint: disable=import-outside-toplevel
+  from performer.experiments import speed_targets  # pylint: disable=import-outside-toplevel
   text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
   with open(os.path.join(RESULTS, "speed_targets_cpu.json")) as f:
     rows = json.load(f)["rows"]
@@ -187,7 +187,7 @@ def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_fi
   assert f"{(large['peak_bytes'] - small['peak_bytes']) / (32768 - 4096):,.0f} bytes per token" in text
   with open(os.path.join(RESULTS, "speed_regular_cpu.json")) as f:
     regular = json.load(f)["rows"]
-  crossing = speed.crossover(regular, config="regular", layer=False, direction="bidirectional",
+  crossing = speed_targets.crossover(regular, config="regular", layer=False, direction="bidirectional",
                              mode="fwdbwd")
   assert f"(`speed_regular_cpu.json`, another run) crosses at {crossing:,}" in text
   readme = _docs()

@@ -365,7 +365,7 @@ def main():
   if spec.get("attention") == "exact_dot_product":  # which of its implementations ran
     from performer.attention import dot_product  # pylint: disable=import-outside-toplevel
     result["implementation"] = dot_product.implementation(spec.get("dtype", "float32"))
-  if form_options(spec.get("attention")):  # the lengths it ran with
+  if "span" in form_options(spec.get("attention")):  # FAVOR's backends: the form it ran with
     from performer import favor  # pylint: disable=import-outside-toplevel
     result["form"] = favor.form()._asdict()
   result["device"] = jax.devices()[0].device_kind
