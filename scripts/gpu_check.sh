@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurement, ready to start on a machine with an NVIDIA GPU (README.md: Speed):
+# The GPU measurement, ready to start on a machine with an NVIDIA GPU (docs/speed.md):
 #   bash scripts/gpu_check.sh            # about 8 minutes; writes results/gpu_forms/*_gpu.json and figures
 #   bash scripts/gpu_check.sh --tiny     # the same steps at toy sizes on any machine (a test)
 # The project runs from this tree (PYTHONPATH, nothing installed) on the JAX already

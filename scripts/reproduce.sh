@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces the paper's studies end to end: installs (scripts/setup.sh, with label-pfam's pyhmmer),
-# then runs `performer reproduce` with these arguments (performer/plans; README.md, "Reproducing the
+# then runs `performer reproduce` with these arguments (performer/plans; docs/reproducing.md, "Reproducing the
 # paper"), e.g.
 #   bash scripts/reproduce.sh                                  # the mini budget, results/
 #   bash scripts/reproduce.sh --budget tiny --only fig6        # a quick check on the sample

@@ -39,5 +39,5 @@ if "$python" -c "import torch, performer_pytorch" 2> /dev/null; then
   $performer figure speed --input "results/speed_peers_${tag}.json" \
       --out "results/speed_peers_${tag}.png"
 else
-  echo "performer-pytorch comparison skipped: install the peers extra (README.md, Speed)"
+  echo "performer-pytorch comparison skipped: install the peers extra (docs/speed.md)"
 fi

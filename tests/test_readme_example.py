@@ -1,4 +1,4 @@
-"""The README's FAVOR+ example runs as written and sits in a regime where the estimate is good."""
+"""The examples of README.md and docs/ run as written; their links stay inside the checkout."""
 
 import os
 import re
@@ -6,7 +6,9 @@ import re
 import numpy as np
 import pytest
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+TRAINING = os.path.join(ROOT, "docs", "training.md")
 
 
 def test_favor_example_runs_and_its_error_is_small():
@@ -30,10 +32,10 @@ def test_using_a_trained_model_example_runs_on_a_trained_workdir(data, tmp_path,
       "ModelConfig.num_heads = 2", "TrainConfig.steps = 3", "TrainConfig.eval_batches = 1"])
   workdir = tmp_path / "run"
   loop.run(configurables.resolve(), str(workdir), progress=False)
-  with open(README) as f:
+  with open(TRAINING) as f:
     text = f.read()
   code = re.search(r"```python\n(import jax.numpy as jnp\nimport performer\n.*?)```", text, re.S)
-  assert code, "README lost its performer.load example"
+  assert code, "docs/training.md lost its performer.load example"
   source = code.group(1).replace("runs/quickstart/trembl_u_performer_relu", str(workdir))
   exec(source.replace("range(30)", "range(31)"), {})  # pylint: disable=exec-used
   step, residues = capsys.readouterr().out.strip().split(": ")
@@ -42,14 +44,17 @@ def test_using_a_trained_model_example_runs_on_a_trained_workdir(data, tmp_path,
     exec(source.replace("range(30)", "range(33)"), {})  # pylint: disable=exec-used
 
 
-def test_readme_links_stay_inside_the_repository():
-  root = os.path.dirname(README)
-  with open(README) as f:
-    text = f.read()
-  assert "../" not in re.sub(r"https?://\S+", "", text)  # nothing beside the checkout
-  for target in re.findall(r"\]\(([^)#\s]+)\)", text):
-    if not target.startswith(("http://", "https://")):
-      assert os.path.exists(os.path.join(root, target)), target
+@pytest.mark.parametrize("page", ["README.md", *(os.path.join("docs", n) for n in
+                                                 sorted(os.listdir(os.path.join(ROOT, "docs"))))])
+def test_links_stay_inside_the_repository(page):
+  path = os.path.join(ROOT, page)
+  with open(path) as f:
+    text = re.sub(r"https?://\S+", "", f.read())
+  targets = [t for t in re.findall(r"\]\(([^)#\s]+)\)", text)]
+  assert targets or page != "README.md"
+  for target in targets:
+    where = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    assert where.startswith(ROOT + os.sep) and os.path.exists(where), (page, target)
 
 
 def test_the_layer_example_is_causal_redraws_w_and_keeps_w_out_of_the_parameters():

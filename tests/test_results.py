@@ -13,6 +13,12 @@ from performer import figures, plans
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
+DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+
+
+def _docs():
+  """README.md and docs/*.md as one text, whitespace collapsed: where a quoted number may live."""
+  return " ".join(" ".join(open(path).read().split()) for path in DOCS)
 
 
 def _committed_table_jobs():
@@ -136,7 +142,7 @@ def test_inconclusive_claims_are_not_worded_as_findings():
   # Issue 41 item 15: text that states as found what the rule left inconclusive (or decided
   # for another quantity), and claims quoted without their scope.
   text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
-  readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+  readme = _docs()
   for phrase in ("not better than the Transformer in either direction",
                  "Only the (B) Linformer's plateau is decided",
                  "Trigonometric features lead to unstable training: reproduced",
@@ -166,7 +172,7 @@ def test_the_first_recall_studys_no_binding_ceiling_is_computed_not_assumed():
 
 def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_files():
   # Issue 41 item 16.
-  from performer.experiments import speed  # pylint: disable=import-outside-toplevel
+  from performer.experiments import speed_targets  # pylint: disable=import-outside-toplevel
   text = " ".join(open(os.path.join(RESULTS, "README.md")).read().split())
   with open(os.path.join(RESULTS, "speed_targets_cpu.json")) as f:
     rows = json.load(f)["rows"]
@@ -181,10 +187,10 @@ def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_fi
   assert f"{(large['peak_bytes'] - small['peak_bytes']) / (32768 - 4096):,.0f} bytes per token" in text
   with open(os.path.join(RESULTS, "speed_regular_cpu.json")) as f:
     regular = json.load(f)["rows"]
-  crossing = speed.crossover(regular, config="regular", layer=False, direction="bidirectional",
+  crossing = speed_targets.crossover(regular, config="regular", layer=False, direction="bidirectional",
                              mode="fwdbwd")
   assert f"(`speed_regular_cpu.json`, another run) crosses at {crossing:,}" in text
-  readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+  readme = _docs()
   fig6 = len(glob.glob(os.path.join(RESULTS, "runs", "[ub]_*")))
   assert f"({fig6} runs archived in results/runs/;" in readme
   assert "`recall`, `recall_conv`" in readme and "`data`, `archive`;" in readme
@@ -192,7 +198,7 @@ def test_numbers_quoted_for_the_speed_targets_and_archives_are_those_of_their_fi
 
 def test_the_texts_give_dates_and_runs_not_how_the_work_was_organised():
   # Issue 41 item 18: sessions and issues are how the work was organised, not what ran.
-  for path in (os.path.join(ROOT, "README.md"), os.path.join(RESULTS, "README.md")):
+  for path in (*DOCS, os.path.join(RESULTS, "README.md")):
     text = " ".join(open(path).read().split())
     assert not re.search(r"\bsessions?\b|\bthe issue\b|issue's|issue \d+", text, re.I), path
 
@@ -212,7 +218,7 @@ def test_the_baselines_and_appendix_counts_quoted_are_those_of_the_files():
                 if not json.load(open(os.path.join(os.path.dirname(path), "config.json")))
                 ["model"]["causal"]]
   assert f"9.71% (U) and {100 * sum(appendix_b) / len(appendix_b):.2f}% (B)" in text
-  readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+  readme = _docs()
   counts = {n: len(glob.glob(os.path.join(RESULTS, "runs", f"fig{n}_*"))) for n in (5, 7, 15, 16)}
   assert (f"({sum(counts.values())} training runs archived: Fig. 5 {counts[5]}, Fig. 7 "
           f"{counts[7]}, Fig. 15 {counts[15]}, Fig. 16 {counts[16]};") in readme

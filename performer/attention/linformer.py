@@ -23,14 +23,11 @@ uniform over the k projected keys and the output no longer depends on q, so
 it approximates nothing; we did not take it. At delta = 1e-6 the multiplier
 changes outputs by one part in a million: it is kept for fidelity only.
 
-How well it approximates exact softmax (tests/attention/test_linformer.py):
-A.6 reports "within 0.02 error for all entries". At L = 1024, k = 600, d = 16
-and q, k, v ~ N(0, 0.1^2) we measure max errors of 0.010-0.019 (5 seeds),
-but exact outputs there are below 0.012 and mean(v) alone errs by 2e-4; at
-q, k, v ~ N(0, 1) errors are 1.1-2.5 against outputs of at most 0.46. A
-zero-mean random projection is no consistent estimator of softmax attention
-(the weights it implies on the L tokens need not sum to one, at any k):
-A.6's bound holds only where outputs are small.
+A.6 reports "within 0.02 error for all entries"; a zero-mean random
+projection is no consistent estimator of softmax attention (the weights it
+implies on the L tokens need not sum to one, at any k), so such a bound
+holds only where outputs are small, as tests/attention/test_linformer.py
+checks.
 
 `projections="learned"`: Wang et al.'s trained E, F (separate `nnx.Param`s,
 initialised N(0, 1/k)), never redrawn.

@@ -1,7 +1,8 @@
 """Output folders of prepared datasets: locked, checked first, built aside, swapped in.
 
-A run holds `<out>.lock` (an flock, see atomic.exclusive_lock) from start to
-end, so a second run on the same `<out>` stops at once. A dataset is built in
+`prepare` is the protocol every prepare-* command follows. A run holds
+`<out>.lock` (an flock, see atomic.exclusive_lock) from start to end, so a
+second run on the same `<out>` stops at once. A dataset is built in
 `<out>.partial`, which holds a marker file so that only folders this code made
 are ever deleted, and renamed to `<out>` at the end. `--force` replaces an
 `<out>` only if it holds a performer dataset (manifest.json), never a folder
@@ -19,10 +20,65 @@ import os
 import shutil
 import sys
 
+from performer.version import __version__
 from performer.atomic import exclusive_lock, writable_folder
 from performer.errors import UserError
 
 MARKER = ".performer-partial"
+
+
+def prepare(out, inputs, fingerprint, force, build):
+  """Locks `out`, checks it, builds the dataset beside it and swaps it in.
+
+  Args:
+    out, inputs, fingerprint, force: as `check`.
+    build: callable(folder) -> (stats dict, a line saying what was built or
+      None); writes the dataset into the empty build folder `<out>.partial`
+      (`write` puts stats.json and manifest.json). The line is printed, with
+      "-> out", once the dataset is in place.
+
+  Returns:
+    (stats, built): the stats of the dataset now in `out`, and False when
+    `out` already held this very dataset (its stats.json is read back).
+
+  Raises:
+    UserError: see `lock` and `check`; whatever `build` raises is raised
+      after the build folder is removed.
+  """
+  with lock(out):
+    if check(out, inputs, fingerprint, force):
+      print(f"{out} already holds this dataset (same input contents and options); nothing to do")
+      with open(os.path.join(out, "stats.json")) as f:
+        return json.load(f), False
+    tmp = begin(out)
+    try:
+      result, line = build(tmp)
+    except BaseException:
+      abort(tmp)
+      raise
+    commit(tmp, out)
+  if line:
+    print(f"{line} -> {out}")
+  return result, True
+
+
+def write(folder, stats, manifest, markdown=None):
+  """Writes a dataset's stats.json, manifest.json (with the performer version that made it)
+  and, given `markdown`, stats.md into `folder`."""
+  manifest = {**manifest, "product": f"performer {__version__}"}
+  for name, obj in (("stats.json", stats), ("manifest.json", manifest)):
+    with open(os.path.join(folder, name), "w") as f:
+      json.dump(obj, f, indent=1, sort_keys=True)
+      f.write("\n")
+  if markdown is not None:
+    with open(os.path.join(folder, "stats.md"), "w") as f:
+      f.write(markdown)
+
+
+def print_stats(out):
+  """Prints the stats.md of the dataset in `out` (what prepare-* commands end with)."""
+  with open(os.path.join(out, "stats.md")) as f:
+    print(f.read().rstrip())
 
 
 def _check_name(out):

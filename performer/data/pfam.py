@@ -4,8 +4,8 @@ Users with Pfam's `Pfam-A.regions.uniprot.tsv.gz` pass it to `prepare-trembl
 --families` directly. Without it (offline), `performer label-pfam` labels the
 sequences itself with Pfam-A profile HMMs and `pyhmmer`'s hmmsearch, each
 HMM's hit counted at its gathering cutoff (GA, Pfam's own inclusion rule).
-Searching every HMM against every sequence is too slow for a CPU (about 330 s
-per 20,000 sequences and 2,766 HMMs on 2 cores), so it runs in two stages:
+Searching every HMM against every sequence is too slow for a CPU, so it runs
+in two stages:
 
 1. Survey: a bounded sample of sequences (the `sample` with the smallest
    salted hash of their accession, so the same for every run) against every
@@ -41,6 +41,7 @@ from performer.flags import flag
 GECCO = ("gecco==0.11.0", "gecco/hmmer/Pfam.h3m")
 
 
+NAME = "label-pfam"  # the command
 SUMMARY = "Pfam family labels by HMM search, for prepare-trembl's OOD split"
 DESCRIPTION = ("Labels protein sequences with Pfam-A families (pyhmmer hmmsearch at each HMM's "
                "gathering cutoff) for prepare-trembl --families, when Pfam's regions file is not "

@@ -15,33 +15,28 @@ skip_bad_books, is left out and counted in stats.json and manifest.json.
 """
 
 import dataclasses
-import hashlib
 import io
 import itertools
 import json
 import os
 import random
 import re
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
 import sentencepiece as spm
 import tqdm
 
-from performer import __version__, flags
-from performer.data import outdir, stats
+from performer import flags
+from performer.data import gutenberg, outdir, stats
 from performer.data.shard_writer import ShardWriter
 from performer.errors import UserError
 from performer.flags import flag
 
-SPLITS = {"train": "train", "valid": "validation", "test": "test"}  # ours -> PG-19's folder
-_START = re.compile(r"^\*\*\* ?START OF (THIS|THE) PROJECT GUTENBERG.*$", re.M)
-_END = re.compile(r"^\*\*\* ?END OF (THIS|THE) PROJECT GUTENBERG.*$", re.M)
 
 
+NAME = "prepare-pg19"  # the command
 SUMMARY = "PG-19 books -> SentencePiece token shards (App. A.1.1)"
 DESCRIPTION = ("Trains a unigram SentencePiece model (whitespace kept, fully invertible) on train "
                "text, encodes train/validation/test books into token shards, and records per "
@@ -79,109 +74,6 @@ class PG19Config:
                       f"got {self.vocab_size}")
     if self.train_bytes < 1 or self.shard_tokens < 1:
       raise UserError("--train-bytes and --shard-tokens must be positive")
-
-
-def clean_text(raw, name):
-  """bytes of a book -> text: UTF-8, no BOM, LF line ends, no Gutenberg header/footer.
-
-  Raises:
-    UserError: the bytes are not UTF-8.
-  """
-  try:
-    text = raw.decode("utf-8-sig")
-  except UnicodeDecodeError as e:
-    raise UserError(f"{name}: not UTF-8 text (byte {e.start})") from None
-  text = text.replace("\r\n", "\n").replace("\r", "\n")
-  start, end = _START.search(text), _END.search(text)
-  if start:
-    text = text[start.end():]
-    end = _END.search(text)
-  if end:
-    text = text[:end.start()]
-  return text.strip("\n") + "\n"
-
-
-def list_books(folder):
-  """{split: sorted .txt paths} of a PG-19 folder, checked before any work.
-
-  Raises:
-    UserError: a missing split folder or one without books.
-  """
-  books = {}
-  for split, name in SPLITS.items():
-    path = os.path.join(folder, name)
-    if not os.path.isdir(path):
-      raise UserError(f"{folder}: no {name}/ folder (expected PG-19's train/, validation/ "
-                      "and test/)")
-    books[split] = sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".txt"))
-    if not books[split]:
-      raise UserError(f"{path}: no .txt books")
-  return books
-
-
-def read_books(paths, digests=None, skipped=None):
-  """Yields (book id, cleaned text) of each path.
-
-  Args:
-    paths: book files.
-    digests: if a list, gets the `outdir.file_stat` of each book (all of
-      them, skipped ones too) plus "name" and "sha256".
-    skipped: if a list, books that are not UTF-8 are appended to it and left
-      out; if None, they raise.
-
-  Raises:
-    UserError: an unreadable book, or one that is not UTF-8 (without
-      `skipped`), naming it.
-  """
-  for path in paths:
-    entry = outdir.file_stat(path)
-    try:
-      with open(path, "rb") as f:
-        raw = f.read()
-    except OSError as e:
-      raise UserError(f"{path}: {e.strerror}") from None
-    if digests is not None:
-      digests.append({"name": os.path.basename(path), **entry, "bytes": len(raw),
-                      "sha256": hashlib.sha256(raw).hexdigest()})
-    try:
-      text = clean_text(raw, path)
-    except UserError:
-      if skipped is None:
-        raise
-      skipped.append(path)
-      continue
-    yield os.path.basename(path)[:-4], text
-
-
-def read_tfds_books(split, skipped=None):
-  """Yields (book id, text) from tensorflow-datasets' pg19 (the `tfds` extra); see read_books."""
-  try:
-    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    raise UserError("the tfds source needs tensorflow-datasets; from the project folder run: "
-                    ".venv/bin/pip install -e '.[tfds]'") from None
-  for example in tfds.as_numpy(tfds.load("pg19", split=SPLITS[split])):
-    book = example["book_id"]
-    book = book.decode() if isinstance(book, bytes) else str(book)
-    try:
-      text = clean_text(example["book_text"], f"tfds pg19 {split} book {book}")
-    except UserError:
-      if skipped is None:
-        raise
-      skipped.append(f"tfds:{book}")
-      continue
-    yield book, text
-
-
-def read_metadata(folder):
-  """metadata.csv (no header: id, short_book_title, publication_date, url) -> {id: row}."""
-  import csv  # pylint: disable=import-outside-toplevel
-  path = os.path.join(folder, "metadata.csv")
-  if not os.path.exists(path):
-    return {}
-  with open(path, newline="", encoding="utf-8") as f:
-    return {row[0]: {"title": row[1], "date": row[2], "url": row[3]}
-            for row in csv.reader(f) if len(row) >= 4}
 
 
 def train_tokenizer(lines, cfg):
@@ -232,7 +124,7 @@ def _training_lines(paths, budget, seed, skip_bad_books=False):
   total = sum(outdir.file_stat(p)["bytes"] for p in paths)
   keep = min(1.0, budget / max(total, 1))
   rng = random.Random(seed)
-  for _, text in read_books(paths, skipped=[] if skip_bad_books else None):
+  for _, text in gutenberg.read_books(paths, skipped=[] if skip_bad_books else None):
     for line in text.split("\n"):
       if line.strip() and (keep == 1.0 or rng.random() < keep):
         yield line
@@ -279,52 +171,38 @@ def prepare(cfg, out, *, force=False, progress=True):
   elif not os.path.isdir(cfg.source):
     raise UserError(f"{cfg.source}: no such folder")
   else:
-    books, inputs = list_books(cfg.source), [cfg.source]
-  with outdir.lock(out):
-    return _prepare(cfg, books, inputs, out, force, progress)
+    books, inputs = gutenberg.list_books(cfg.source), [cfg.source]
+  result, built = outdir.prepare(out, inputs,
+                                 lambda manifest: _fingerprint_now(cfg, books, manifest), force,
+                                 lambda tmp: _build(cfg, books, tmp, progress))
+  skipped = result["skipped_books"]
+  if built and skipped["count"]:
+    names = ", ".join(skipped["books"][:5]) + (", ..." if skipped["count"] > 5 else "")
+    print(f"warning: skipped {skipped['count']} book(s) that are not UTF-8 text: {names} "
+          f"(all listed in {os.path.join(out, 'stats.json')})", file=sys.stderr)
+  return result
 
 
-def _prepare(cfg, books, inputs, out, force, progress):
-  """`prepare` once `out` is locked."""
-  if outdir.check(out, inputs, lambda manifest: _fingerprint_now(cfg, books, manifest), force):
-    print(f"{out} already holds this dataset (same book contents and options); nothing to do")
-    with open(os.path.join(out, "stats.json")) as f:
-      return json.load(f)
+def _build(cfg, books, tmp, progress):
+  """Trains the tokenizer and encodes the books under `tmp`; returns (stats, what was done)."""
   start = time.perf_counter()
   if books is None:  # tfds: books come as a stream; train text is sampled from it
-    lines = (line for _, text in read_tfds_books("train", [] if cfg.skip_bad_books else None)
+    lines = (line for _, text in gutenberg.read_tfds_books("train", [] if cfg.skip_bad_books else None)
              for line in text.split("\n") if line.strip())
     lines = itertools.islice(lines, max(1, cfg.train_bytes // 80))
   else:
     lines = _training_lines(books["train"], cfg.train_bytes, cfg.seed, cfg.skip_bad_books)
   model = train_tokenizer(lines, cfg)
-  tmp = outdir.begin(out)
-  try:
-    result, digests = _encode(cfg, model, books, tmp, progress)
-    metadata = read_metadata(cfg.source) if books is not None else {}
-    manifest = {"format": "performer-token-shards-v1", "product": f"performer {__version__}",
-                "fingerprint": _fingerprint(cfg, None if books is None else digests),
-                "inputs": digests, "dtype": "uint16",
-                "splits": list(SPLITS), "tokenizer": "spm.model",
-                "books_with_metadata": len(metadata),
-                "books_skipped": result["skipped_books"]["count"]}
-    for name, obj in (("stats.json", result), ("manifest.json", manifest)):
-      with open(os.path.join(tmp, name), "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.write("\n")
-    with open(os.path.join(tmp, "stats.md"), "w") as f:
-      f.write(_stats_markdown(result))
-  except BaseException:
-    outdir.abort(tmp)
-    raise
-  outdir.commit(tmp, out)
-  skipped = result["skipped_books"]
-  if skipped["count"]:
-    names = ", ".join(skipped["books"][:5]) + (", ..." if skipped["count"] > 5 else "")
-    print(f"warning: skipped {skipped['count']} book(s) that are not UTF-8 text: {names} "
-          f"(all listed in {os.path.join(out, 'stats.json')})", file=sys.stderr)
-  print(f"prepared PG-19 from {cfg.source} in {time.perf_counter() - start:.1f} s -> {out}")
-  return result
+  result, digests = _encode(cfg, model, books, tmp, progress)
+  metadata = gutenberg.read_metadata(cfg.source) if books is not None else {}
+  manifest = {"format": "performer-token-shards-v1",
+              "fingerprint": _fingerprint(cfg, None if books is None else digests),
+              "inputs": digests, "dtype": "uint16",
+              "splits": list(gutenberg.SPLITS), "tokenizer": "spm.model",
+              "books_with_metadata": len(metadata),
+              "books_skipped": result["skipped_books"]["count"]}
+  outdir.write(tmp, result, manifest, _stats_markdown(result))
+  return result, f"prepared PG-19 from {cfg.source} in {time.perf_counter() - start:.1f} s"
 
 
 def _encode(cfg, model, books, tmp, progress):
@@ -333,10 +211,10 @@ def _encode(cfg, model, books, tmp, progress):
     f.write(model)
   sp = spm.SentencePieceProcessor(model_proto=model)
   result, digests, skipped = {"vocab_size": cfg.vocab_size, "splits": {}}, {}, []
-  for split in SPLITS:
+  for split in gutenberg.SPLITS:
     digests[split], bad = [], [] if cfg.skip_bad_books else None
-    stream = (read_tfds_books(split, bad) if books is None
-              else read_books(books[split], digests[split], bad))
+    stream = (gutenberg.read_tfds_books(split, bad) if books is None
+              else gutenberg.read_books(books[split], digests[split], bad))
     writer = ShardWriter(os.path.join(tmp, split), np.uint16, cfg.shard_tokens)
     lengths, words = stats.LengthStats(), 0
     for _, text in tqdm.tqdm(stream, desc=f"encode {split}", unit="book", disable=not progress):
@@ -350,7 +228,7 @@ def _encode(cfg, model, books, tmp, progress):
         "books": sum(lengths.histogram.values()), "book_tokens": lengths.summary(),
         "word_tokens": words, "spm_tokens": tokens,
         "multiplier": round(tokens / words, 4) if words else None}
-    skipped += [f"{SPLITS[split]}/{os.path.basename(p)}" for p in bad or []]
+    skipped += [f"{gutenberg.SPLITS[split]}/{os.path.basename(p)}" for p in bad or []]
   result["skipped_books"] = {"count": len(skipped), "books": skipped}
   return result, digests
 
@@ -369,37 +247,6 @@ def _stats_markdown(result):
     lines += ["", f"Skipped {skipped['count']} book(s) that are not UTF-8 text: "
                   f"{', '.join(skipped['books'])}."]
   return "\n".join(lines) + "\n\nWord-level perplexity = exp(multiplier * per-token loss).\n"
-
-
-def sample_folder(book_path, folder):
-  """Builds (once) a PG-19-style folder from the sample book: chapters I-IX train, X valid, XI test.
-
-  Returns the folder. Real text cut at its chapter headings; see data/README.md.
-  Built aside and renamed, so concurrent runs never see half a folder.
-  """
-  if os.path.exists(os.path.join(folder, "metadata.csv")):
-    return folder
-  with open(book_path, "rb") as f:
-    text = clean_text(f.read(), book_path)
-  parts = re.split(r"(?m)^(?=CHAPTER [IVXLC]+\.?\s*$)", text)
-  chapters = [p for p in parts if p.startswith("CHAPTER")]
-  if len(chapters) != 11:
-    raise UserError(f"{book_path}: expected Botchan's 11 chapters, found {len(chapters)}")
-  chapters[0] = parts[0] + chapters[0]  # the title page goes with chapter I
-  tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(folder)) or ".", prefix=".pg19-")
-  for i, chapter in enumerate(chapters, 1):
-    split = "train" if i <= 9 else "validation" if i == 10 else "test"
-    os.makedirs(os.path.join(tmp, split), exist_ok=True)
-    with open(os.path.join(tmp, split, f"8868-{i:02d}.txt"), "w") as f:
-      f.write(chapter)
-  with open(os.path.join(tmp, "metadata.csv"), "w") as f:
-    for i in range(1, 12):
-      f.write(f"8868-{i:02d},Botchan chapter {i},1906,https://www.gutenberg.org/ebooks/8868\n")
-  try:
-    os.replace(tmp, folder)
-  except OSError:  # another run finished first
-    shutil.rmtree(tmp, ignore_errors=True)
-  return folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -438,7 +285,6 @@ def main(args):
     raise UserError("--out is required (the folder to write)")
   if args.sample:
     outdir.check_place(out)
-    sample_folder(samples.fetch("book"), source)
+    gutenberg.sample_folder(samples.fetch("book"), source)
   prepare(cfg, out, force=args.force)
-  with open(os.path.join(out, "stats.md")) as f:
-    print(f.read().rstrip())
+  outdir.print_stats(out)

@@ -23,7 +23,7 @@ import os
 import grain.python as grain
 import numpy as np
 
-from performer.data import mqar, vocab
+from performer.data import mqar, mqar_batches, vocab
 from performer.data.masking import MLM
 from performer.data.shards import TokenShards, Windows
 from performer.data.stream import StepBatches
@@ -142,14 +142,14 @@ def _example(tokens, seq_len, eos, pad, causal):
 
 
 def batches(cfg, split, *, causal, process_index=0, process_count=1):
-  """The batches of `split` of the dataset at cfg.path: `ShardBatches`, or mqar.Batches for a
-  generated MQAR task (same interface).
+  """The batches of `split` of the dataset at cfg.path: `ShardBatches`, or mqar_batches.Batches
+  for a generated MQAR task (same interface).
 
   Raises:
     UserError: no prepared dataset there, no such split, or a batch size not
       divisible by the processes.
   """
-  cls = mqar.Batches if _kind(cfg) == mqar.KIND else ShardBatches
+  cls = mqar_batches.Batches if _kind(cfg) == mqar.KIND else ShardBatches
   return cls(cfg, split, causal=causal, process_index=process_index, process_count=process_count)
 
 

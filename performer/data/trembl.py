@@ -12,21 +12,17 @@ Everything is built in `<out>.partial` and renamed to `<out>` at the end
 
 import collections
 import dataclasses
-import gzip
-import hashlib
-import io
 import json
 import multiprocessing
 import os
 import signal
 import time
-import zlib
 
 import numpy as np
 import tqdm
 
-from performer import __version__, flags
-from performer.data import fasta, outdir, stats, vocab
+from performer import flags
+from performer.data import fasta, held_out, outdir, stats, vocab
 from performer.data.shard_writer import ShardWriter
 from performer.errors import UserError
 from performer.flags import flag
@@ -39,6 +35,7 @@ FASTA_SUFFIXES = (".fasta", ".fa", ".faa", ".fas", ".fsa", ".seq")
 SPLITS = ("train", "valid", "test", "ood")
 
 
+NAME = "prepare-trembl"  # the command
 SUMMARY = "UniProt FASTA -> token shards with the paper's splits (Table 1)"
 DESCRIPTION = ("Streams FASTA files (plain or .gz; folders are searched for them), validates and "
                "tokenizes each record, assigns IID train/valid/test splits from a hash of the "
@@ -48,17 +45,6 @@ DESCRIPTION = ("Streams FASTA files (plain or .gz; folders are searched for them
 # --sample: the small real proteome of samples.py, with splits large enough to evaluate on.
 SAMPLE = {"valid_fraction": 0.05, "test_fraction": 0.05}
 SAMPLE_OUT = "runs/data/trembl-sample"
-
-
-def ood_families(text):
-  """--ood-families: comma-separated names, or @FILE holding them (label-pfam's held_out.txt)."""
-  if text.startswith("@"):
-    try:
-      with open(text[1:]) as f:
-        text = f.read()
-    except OSError as e:
-      raise UserError(f"cannot read {text[1:]} ({e.strerror})") from None
-  return tuple(f.strip() for f in text.replace("\n", ",").split(",") if f.strip())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +64,7 @@ class TremblConfig:
                                     "or two columns) to hold out whole families as the OOD split")
   ood_families: tuple[str, ...] = flag(
       (), "comma-separated families to hold out, or @FILE to read them from a file (label-pfam's "
-      "<out>.held_out.txt)", parse=ood_families)
+      "<out>.held_out.txt)", parse=held_out.ood_families)
   ood_fraction: float = flag(0.01, "share of families held out when --ood-families is not given")
   invalid: str = flag("skip", "records with characters outside the 25 amino-acid letters: drop "
                               "them, map those characters to X, or stop with an error",
@@ -127,72 +113,6 @@ def expand_inputs(paths):
   if len(unique) != len(files):
     raise UserError("an input file is given twice (directly or through a folder)")
   return files
-
-
-def _fraction(text, salt):
-  """A deterministic number in [0, 1) from a string."""
-  digest = hashlib.blake2b(text.encode(), digest_size=8, key=salt).digest()
-  return int.from_bytes(digest, "little") / 2.0 ** 64
-
-
-def load_held_out(cfg, salt):
-  """Reads the accession -> family mapping; keeps only held-out accessions.
-
-  Accepts Pfam's Pfam-A.regions.uniprot.tsv(.gz) (header with uniprot_acc and
-  pfamA_acc) or any two-column 'accession family' UTF-8 text file, plain or
-  gzip. Families are held out if listed in cfg.ood_families, else if a hash
-  of their id falls below cfg.ood_fraction.
-
-  Returns:
-    (accessions: set, held_out_families: sorted list, family_count: int,
-     digest: `outdir.file_stat` of the file plus its "sha256").
-
-  Raises:
-    UserError: an unreadable, binary, corrupt or empty file, a line without
-      two fields, or a requested family that is not in the file.
-  """
-  wanted = set(cfg.ood_families)
-  accessions, held, families = set(), set(), set()
-  cols = (0, 1)
-  digest = outdir.file_stat(cfg.families)
-  try:
-    with open(cfg.families, "rb") as raw:
-      hashing = fasta.HashingReader(raw)
-      buffered = io.BufferedReader(hashing, 1 << 20)
-      binary = (gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == b"\x1f\x8b"
-                else buffered)
-      text = io.TextIOWrapper(binary, encoding="utf-8")
-      for line_no, line in enumerate(text, 1):
-        fields = line.split()
-        if not fields or fields[0].startswith("#"):
-          continue
-        if "pfamA_acc" in fields:
-          cols = (fields.index("uniprot_acc") if "uniprot_acc" in fields else 0,
-                  fields.index("pfamA_acc"))
-          continue
-        if len(fields) <= max(cols):
-          raise UserError(f"{cfg.families}:{line_no}: expected an accession and a family id")
-        acc, family = fields[cols[0]], fields[cols[1]]
-        families.add(family)
-        if family in wanted or (not wanted and _fraction(family, salt) < cfg.ood_fraction):
-          accessions.add(acc)
-          held.add(family)
-      while hashing.read(1 << 20):  # hash to the end, as outdir.file_digest does
-        pass
-  except UnicodeDecodeError:
-    raise UserError(f"{cfg.families}: not UTF-8 text; --families wants an 'accession family' "
-                    "table such as Pfam-A.regions.uniprot.tsv.gz") from None
-  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-    raise UserError(f"{cfg.families}: truncated or corrupt gzip data ({e})") from None
-  except OSError as e:
-    raise UserError(f"{cfg.families}: {e.strerror or e}") from None
-  if not families:
-    raise UserError(f"{cfg.families}: no 'accession family' lines; --families wants a table "
-                    "such as Pfam-A.regions.uniprot.tsv.gz")
-  missing = wanted - families
-  if missing:
-    raise UserError(f"{cfg.families}: no such families: {', '.join(sorted(missing))}")
-  return accessions, sorted(held), len(families), {**digest, "sha256": hashing.sha256.hexdigest()}
 
 
 class _Concat:
@@ -342,37 +262,17 @@ def prepare(cfg, out, *, workers=None, force=False, progress=True, allow_nucleot
         raise UserError(f"{path}: {share:.0%} of its first {residues:,} residues are A, C, G, T, "
                         "U or N: this looks like DNA/RNA, not protein; pass --allow-nucleotide "
                         "if it really is protein")
-  with outdir.lock(out):
-    return _prepare(cfg, files, out, workers, force, progress)
+  return outdir.prepare(out, list(cfg.inputs) + ([cfg.families] if cfg.families else []),
+                        lambda manifest: _fingerprint_now(cfg, files, manifest), force,
+                        lambda tmp: _build(cfg, files, tmp, workers, progress))[0]
 
 
-def _prepare(cfg, files, out, workers, force, progress):
-  """`prepare` once `out` is locked."""
-  if outdir.check(out, list(cfg.inputs) + ([cfg.families] if cfg.families else []),
-                  lambda manifest: _fingerprint_now(cfg, files, manifest), force):
-    print(f"{out} already holds this dataset (same input contents and options); nothing to do")
-    with open(os.path.join(out, "stats.json")) as f:
-      return json.load(f)
+def _build(cfg, files, tmp, workers, progress):
+  """Streams the inputs into shards under `tmp`; returns (stats, what was prepared)."""
   salt = f"performer-trembl-{cfg.seed}".encode()
-  ood = load_held_out(cfg, salt) if cfg.families else None
-  tmp = outdir.begin(out)
-  try:
-    result, residues, seconds = _build(cfg, files, tmp, salt, ood, workers, progress)
-  except BaseException:
-    outdir.abort(tmp)
-    raise
-  outdir.commit(tmp, out)
-  print(f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
-        f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s -> {out}")
-  return result
-
-
-def _build(cfg, files, tmp, salt, ood, workers, progress):
-  """Streams the inputs into shards under `tmp`; returns (stats, residues, seconds).
-
-  ood: `load_held_out`'s (accessions, families, family_count, digest), or None.
-  """
-  held_out = ood[0] if ood else None
+  # (accessions, families, family_count, digest) of the --families file
+  ood = held_out.load(cfg, salt) if cfg.families else None
+  ood_accessions = ood[0] if ood else None
   splits = SPLITS if ood else SPLITS[:3]
   single = {s: ShardWriter(os.path.join(tmp, "single", s), np.uint8, cfg.shard_tokens)
             for s in splits}
@@ -390,8 +290,8 @@ def _build(cfg, files, tmp, salt, ood, workers, progress):
       u = parsed.digests / 2.0 ** 64
       split_of = np.where(u < cfg.valid_fraction, 1,  # numbers of SPLITS; -1: dropped
                           np.where(u < cfg.valid_fraction + cfg.test_fraction, 2, 0))
-      if held_out is not None:
-        split_of[[name in held_out for name in parsed.accessions()]] = 3
+      if ood_accessions is not None:
+        split_of[[name in ood_accessions for name in parsed.accessions()]] = 3
       if cfg.dedup:
         for i, digest in enumerate(parsed.digests.tolist()):
           if digest in seen:
@@ -422,7 +322,7 @@ def _build(cfg, files, tmp, salt, ood, workers, progress):
   }
   shard_index = {**{f"single/{s}": w.close() for s, w in single.items()},
                  **{f"concat/{s}": c.index for s, c in concat.items()}}
-  manifest = {"format": "performer-token-shards-v1", "product": f"performer {__version__}",
+  manifest = {"format": "performer-token-shards-v1",
               "fingerprint": _fingerprint(cfg, inputs, ood[3] if ood else None),
               "inputs": inputs, "families": ood[3] if ood else None,
               "vocabulary": list(vocab.TOKENS),
@@ -430,17 +330,9 @@ def _build(cfg, files, tmp, salt, ood, workers, progress):
               "counts": {k: result[k] for k in ("records_read", "records_kept")},
               "shards": {k: {"records": v["records"], "shards": len(v["shards"])}
                          for k, v in shard_index.items()}}
-  _write_json(os.path.join(tmp, "stats.json"), result)
-  _write_json(os.path.join(tmp, "manifest.json"), manifest)
-  with open(os.path.join(tmp, "stats.md"), "w") as f:
-    f.write(_stats_markdown(result))
-  return result, residues, seconds
-
-
-def _write_json(path, obj):
-  with open(path, "w") as f:
-    json.dump(obj, f, indent=1, sort_keys=True)
-    f.write("\n")
+  outdir.write(tmp, result, manifest, _stats_markdown(result))
+  return result, (f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
+                  f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s")
 
 
 def _stats_markdown(result):
@@ -496,5 +388,4 @@ def main(args):
     outdir.check_place(out)
     samples.fetch("protein")
   prepare(cfg, out, workers=args.workers, force=args.force, allow_nucleotide=args.allow_nucleotide)
-  with open(os.path.join(out, "stats.md")) as f:
-    print(f.read().rstrip())
+  outdir.print_stats(out)

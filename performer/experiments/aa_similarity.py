@@ -17,7 +17,7 @@ code is github.com/salesforce/provis), reimplemented:
    diagonal of a correlation matrix is 1 by construction). `r_all` adds the
    20 diagonal pairs (similarity 1 against BLOSUM62's self-scores).
 
-It is done for each matrix the model has (attention_maps.layer_matrices):
+It is done for each matrix the model has (protein_matrices.layer_matrices):
 FAVOR's implicit matrix for Performers, and exact softmax of the same q, k.
 BLOSUM62 is read from performer/data/blosum62.txt (NCBI's file as shipped in
 Biopython 1.88; see data/README.md).
@@ -36,7 +36,8 @@ from performer import favor
 from performer.data import pipeline, vocab
 from performer.data.shards import TokenShards
 from performer.errors import UserError
-from performer.experiments import attention_maps
+from performer.experiments import protein_matrices
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -147,7 +148,7 @@ def head_sums(maps, tokens, mask, min_attention):
 
 def _batch_sums(model, tokens, mask, min_attention):
   """{kind: (to_type [layers * H, 20], total [layers * H])} for every layer of the model."""
-  maps = attention_maps.layer_matrices(model, tokens, mask, range(model.cfg.num_layers))
+  maps = protein_matrices.layer_matrices(model, tokens, mask, range(model.cfg.num_layers))
   out = {}
   for kind in ("favor", "exact"):
     if maps[kind] is None:
@@ -194,7 +195,7 @@ def model_inputs(records, seq_len, causal):
   """Records -> (tokens [B, seq_len] int32, mask [B, seq_len] bool), padded as training pads."""
   tokens = np.full((len(records), seq_len), vocab.PAD, np.int32)
   for i, record in enumerate(records):
-    seq = attention_maps.model_input(record, seq_len, causal)
+    seq = protein_matrices.model_input(record, seq_len, causal)
     tokens[i, :len(seq)] = seq
   return tokens, tokens != vocab.PAD
 
@@ -209,10 +210,10 @@ def run(cfg, *, progress=True):
   """Computes the similarity. Returns Result(rows, extra): one row per matrix kind.
 
   Raises:
-    UserError: see attention_maps.load_model; a dataset that is not a
+    UserError: see protein_matrices.load_model; a dataset that is not a
       prepared protein dataset, or without the split.
   """
-  run_cfg, model, step = attention_maps.load_model(cfg.run)
+  run_cfg, model, step = protein_matrices.load_model(cfg.run)
   data_cfg = run_cfg.data if cfg.data is None else dataclasses.replace(run_cfg.data, path=cfg.data)
   if pipeline.vocab_ids(data_cfg) != vocab.PROTEIN_IDS:
     raise UserError(f"{data_cfg.path}: not a protein dataset (prepare-trembl)")
@@ -268,8 +269,8 @@ def run(cfg, *, progress=True):
       "dataset": os.path.abspath(data_cfg.path),
       "sequences_used": len(chosen), "sequences_in_split": len(source),
       "residues_used": residues,
-      "maps_note": attention_maps.describe(run_cfg.model.attention,
-                                           attention_maps.kernel_of(model)),
+      "maps_note": protein_matrices.describe(run_cfg.model.attention,
+                                           protein_matrices.kernel_of(model)),
       "method": ("Vig et al. 2020: per head, the share of thresholded attention onto each "
                  "residue type; similarity = Pearson across kept heads; r = Pearson with "
                  "BLOSUM62 over the 190 pairs a < b (r_all: 210 pairs a <= b)"),
@@ -297,3 +298,6 @@ def report(cfg, result):
                    f"--min-total {cfg.min_total:g} for a correlation; lower them for diffuse "
                    "attention")
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

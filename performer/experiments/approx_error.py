@@ -32,6 +32,7 @@ import tqdm
 
 from performer import favor, memory
 from performer.errors import UserError
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -264,3 +265,6 @@ def report(cfg, result):
              for r in result.rows if r["input_scale"] == scale and r["m"] == m_max]
     lines.append(f"  input scale {scale:g}: " + ", ".join(cells))
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

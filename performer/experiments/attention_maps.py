@@ -23,9 +23,10 @@ import numpy as np
 from flax import nnx
 
 from performer import favor
-from performer.attention.performer import PerformerAttention
 from performer.data import fasta, vocab
 from performer.errors import UserError
+from performer.experiments import protein_matrices
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -131,64 +132,8 @@ def _names(header):
   return {fasta.accession(header)} | ({parts[2]} if len(parts) >= 3 else set())
 
 
-def model_input(residues, seq_len, causal):
-  """Residue ids [n] -> the model input as training built it (pipeline._example), unpadded.
-
-  (B): the residues clipped to seq_len; (U): [EOS] + residues, clipped to
-  seq_len in all. Returns int32 [<= seq_len].
-  """
-  seq = np.asarray(residues, np.int32)
-  if causal:
-    seq = np.concatenate([[vocab.EOS], seq])
-  return seq[:seq_len]
-
-
-def is_performer(block):
-  """Whether a block's attention is FAVOR (a Performer layer with its own W)."""
-  return isinstance(block.attn, PerformerAttention)
-
-
-def kernel_of(model):
-  """The feature kernel of a Performer model's attention, None for other models."""
-  return model.blocks[0].attn.kernel if is_performer(model.blocks[0]) else None
-
-
-def layer_matrices(model, tokens, mask, layers):
-  """Attention matrices of `layers` for a batch, with what checks them (a dict of lists).
-
-  Args:
-    model: a non-reversible `TransformerLM` in eval mode.
-    tokens: [B, L] int ids; mask: [B, L] bool (True = real token).
-    layers: layer indices.
-
-  Returns:
-    dict of lists, one [B, H, L, L] float32 per layer: 'exact' (softmax of
-    the layer's q, k), 'favor' (its implicit FAVOR matrix; None unless the
-    model is a Performer), and 'out' (the backend's own output [B, L, H, d])
-    with 'v' [B, L, H, d], for the A @ v check.
-  """
-  causal = model.cfg.causal
-  states = model.hidden_states(tokens, mask)
-  result = {"exact": [], "favor": None, "v": [], "out": []}
-  performer = all(is_performer(model.blocks[l]) for l in layers)
-  if performer:
-    result["favor"] = []
-  for l in layers:
-    block = model.blocks[l]
-    q, k, v = block.heads(block.attention_input(states[l]))
-    result["exact"].append(favor.softmax_matrix(q, k, mask=mask, causal=causal))
-    if performer:
-      att = block.attn
-      result["favor"].append(favor.attention_matrix(q, k, att.W[...], kernel=att.kernel,
-                                          kernel_epsilon=att.kernel_epsilon, mask=mask,
-                                          causal=causal))
-    result["v"].append(v)
-    result["out"].append(block.attn(q, k, v, mask=mask, causal=causal))
-  return result
-
-
 # One compilation for all layers (eager calls would compile every operation apart).
-_layer_matrices_jit = nnx.jit(layer_matrices, static_argnames=("layers",))
+_layer_matrices_jit = nnx.jit(protein_matrices.layer_matrices, static_argnames=("layers",))
 
 
 def head_summary(A):
@@ -219,45 +164,6 @@ def total_variation(A, B):
   return tv.mean(-1), tv.max(-1)
 
 
-def describe(attention, kernel=None):
-  """What the 'favor' and 'exact' maps of a run are, in a sentence.
-
-  attention: the run's ModelConfig.attention; kernel: its Performer layers'
-  feature kernel (`kernel_of`), None for other models.
-  """
-  if kernel is not None:
-    if kernel in favor.SOFTMAX_KERNELS:
-      return (f"favor: the implicit attention matrix of {attention} ({kernel} features), the "
-              "model's own attention; exact: softmax(q k^T / sqrt(d)) of the same q, k, the "
-              "matrix FAVOR estimates")
-    return (f"favor: the implicit attention matrix of {attention} ({kernel} kernel), the "
-            "model's own attention; exact: softmax(q k^T / sqrt(d)) of the same q, k, which "
-            "this kernel does not estimate: a comparison only")
-  if attention == "exact":
-    return ("exact: the model's own softmax attention; a Transformer has no FAVOR matrix, so "
-            "only exact maps exist")
-  return (f"exact: softmax(q k^T / sqrt(d)) of the run's q, k, not the {attention} attention "
-          "the model uses; no FAVOR matrix for a non-Performer run")
-
-
-def load_model(run):
-  """trained.load(run) for these experiments: (Config, model, step).
-
-  Raises:
-    UserError: not a trained workdir, not a protein model, or a reversible
-      (Reformer) model, whose residual stream `hidden_states` cannot give.
-  """
-  from performer.experiments import trained  # pylint: disable=import-outside-toplevel
-  cfg, model, step = trained.load(run)
-  if cfg.model.vocab_size != vocab.VOCAB_SIZE:
-    raise UserError(f"{run}: not a protein model (vocabulary of {cfg.model.vocab_size} "
-                    f"tokens, not the {vocab.VOCAB_SIZE} of performer/data/vocab.py)")
-  if cfg.model.reversible:
-    raise UserError(f"{run}: a reversible ({cfg.model.attention}) model; attention maps "
-                    "need the plain residual stream of non-reversible models")
-  return cfg, model, step
-
-
 def run(cfg, *, progress=True):  # pylint: disable=unused-argument
   """Computes the maps. Returns Result(rows, extra, arrays).
 
@@ -268,7 +174,7 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
     UserError: see `load_model`, `find_sequence`; a protein longer than the
       run's max_len; --layers beyond the model's.
   """
-  run_cfg, model, step = load_model(cfg.run)
+  run_cfg, model, step = protein_matrices.load_model(cfg.run)
   model_cfg = run_cfg.model
   layers = cfg.layers or tuple(range(min(MAX_DEFAULT_LAYERS, model_cfg.num_layers)))
   if max(layers) >= model_cfg.num_layers:
@@ -284,7 +190,8 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
     raise UserError(f"{cfg.accession} has {len(residues)} residues; {start}the sequence is "
                     f"{needed} tokens, past the run's max_len {model_cfg.max_len} "
                     "(DataConfig.seq_len)")
-  tokens = model_input(residues, model_cfg.max_len, model_cfg.causal)[None]  # [1, L]
+  tokens = protein_matrices.model_input(residues, model_cfg.max_len,
+                                        model_cfg.causal)[None]  # [1, L]
   mask = jnp.asarray(tokens != vocab.PAD)
   maps = _layer_matrices_jit(model, jnp.asarray(tokens), mask, layers=layers)
   if not all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(maps)):
@@ -329,7 +236,8 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
       "layers": list(layers),
       "labels": labels,
       "maps": ["favor", "exact"] if favor_maps is not None else ["exact"],
-      "maps_note": describe(model_cfg.attention, kernel_of(model)),
+      "maps_note": protein_matrices.describe(model_cfg.attention,
+                                             protein_matrices.kernel_of(model)),
       "own_matrix_check_note": ("max |A v - backend output| over the layer, A the model's own "
                                 "matrix (favor for Performers, exact for Transformers); null "
                                 "when the model's attention is neither"),
@@ -371,3 +279,6 @@ def report(cfg, result):
 
 def _joined(values):
   return ",".join(map(str, values))
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

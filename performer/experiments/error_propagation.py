@@ -44,7 +44,8 @@ from performer import favor
 from performer.attention.registry import RandomFeatures
 from performer.data import pipeline
 from performer.errors import UserError
-from performer.experiments import trained as trained_runs
+from performer.train import trained as trained_runs
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 from performer.models.transformer import TransformerLM
@@ -383,3 +384,6 @@ def report(cfg, result):
     lines.append(f"  {'top-1 same':<12}" + "".join(
         f"{by['output', last, m]['top1_agreement_mean']:>9.3f}" for m in ms))
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

@@ -45,6 +45,7 @@ import tqdm
 
 from performer import favor, memory
 from performer.errors import UserError
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 from performer.favor import theory
@@ -365,3 +366,6 @@ def report(cfg, result):
   lines.append(f"  (untestable: exact s.e. above {RELIABLE_REL_SE:.0%} of the MSE, a heavy-tailed "
                "mean, or MSE 0 where the estimator is exact)")
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

@@ -26,6 +26,7 @@ from performer import attention, favor
 from performer.attention.performer import PerformerAttention
 from performer.data import mqar, pipeline
 from performer.errors import UserError
+from performer.experiments import results
 from performer.experiments.results import Result
 from performer.flags import flag
 
@@ -88,7 +89,7 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
     UserError: not a trained workdir, not an MQAR run, not a Performer, or
       --examples < 1.
   """
-  from performer.experiments import trained  # pylint: disable=import-outside-toplevel
+  from performer.train import trained  # pylint: disable=import-outside-toplevel
   from performer.train.config import Config  # pylint: disable=import-outside-toplevel
   if cfg.examples < 1:
     raise UserError(f"--examples must be >= 1, got {cfg.examples}")
@@ -102,8 +103,6 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
   assert all(isinstance(b.attn, PerformerAttention) for b in model.blocks)
   data = dataclasses.replace(run_cfg.data, batch_size=min(cfg.examples, 256))
   batches = pipeline.batches(data, cfg.split, causal=True)
-  sums = {k: 0.0 for k in ("l1", "favor_max", "exact_max", "favor_answer", "exact_answer",
-                           "argmax_agree")}
   per_layer, correct, queries, check = None, {"favor": 0, "exact": 0}, 0, 0.0
   seen = 0
   for batch in batches.eval_batches():
@@ -166,3 +165,6 @@ def report(cfg, result):
                  f"{r['favor_answer']:.3f} / exact {r['exact_answer']:.3f}; same argmax "
                  f"{100 * r['argmax_agree']:.1f}%")
   return lines
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

@@ -5,13 +5,16 @@ import datetime
 import json
 import os
 import platform
+import sys
 import time
 
 import jax
 import numpy as np
 
 from performer.atomic import atomic_path, check_writable
+from performer import flags
 from performer.errors import UserError
+from performer.flags import flag
 
 SCHEMA_VERSION = 1
 
@@ -121,3 +124,38 @@ def main(experiment, cfg, out, *, progress=True):
   write_result(out, experiment.NAME, cfg, result.rows, wall_seconds=round(seconds, 1),
                env=result.env, extra=extra)
   return result, seconds
+
+
+def command(name):
+  """(FLAGS, main) of the experiment module `name`: every experiment is a command this way.
+
+  The module declares CONFIG (its flags), run, report, NAME, OUT (the default
+  --out), FIGURE (what draws it, or None) and, when its model comes from gin
+  files, GIN = True. Call at the end of the module, as
+  `FLAGS, main = results.command(__name__)`.
+  """
+  module = sys.modules[name]
+  out = dataclasses.make_dataclass(
+      "Out", [("out", str, flag(module.OUT, "result JSON"))], frozen=True)
+  gin = getattr(module, "GIN", False)
+  from performer import configurables  # pylint: disable=import-outside-toplevel
+
+  def run_command(args):
+    given = {}
+    if gin:
+      configurables.parse(args.gin, args.gin_param)
+      configurables.check_names_a_model()
+      given["run"] = configurables.resolve().to_json()
+    cfg = flags.build(module.CONFIG, args, **given)
+    result, seconds = main(module, cfg, args.out)
+    print("\n".join(module.report(cfg, result)))
+    arrays = f" and {arrays_path(args.out)}" if result.arrays is not None else ""
+    hint = (f"; draw it with: {program()} figure {module.FIGURE} --input {args.out}"
+            if module.FIGURE else "")
+    print(f"wrote {args.out}{arrays} in {seconds:.0f} s{hint}")
+  return ((configurables.GinFlags,) if gin else ()) + (module.CONFIG, out), run_command
+
+
+def program():
+  """How the user called us, for "draw it with" hints: sys.argv[0] if it is the performer script."""
+  return sys.argv[0] if os.path.basename(sys.argv[0]) == "performer" else "performer"

@@ -31,18 +31,19 @@ from performer import attention as backends
 from performer import memory
 from performer.errors import UserError
 from performer.experiments import speed_pytorch
+from performer.experiments import results
 from performer.experiments.results import Result
-from performer.experiments.speed_worker import CONFIGS, NUM_FEATURES, SCAN
+from performer.experiments.speed_targets import (EXACT, format_ratios, peer_ratios, ratios,
+                                                 targets_plan)
+from performer.experiments.speed_worker import (CONFIGS, DIRECTIONS, FORM, SCAN, form_options,
+                                                spec)
 from performer.flags import flag, split
 from performer.models.config import DTYPES
 
 # Exact attention as a user would run it: naive (Fig. 3's), blockwise (O(L) memory) and JAX's own.
-EXACT = ("exact", "exact_blockwise", "exact_dot_product")
 ATTENTIONS = EXACT + ("performer_softmax", "performer_relu", "identity")  # the default: Fig. 3's
-DIRECTIONS = ("bidirectional", "causal")
 MODES = ("fwd", "fwdbwd")
 SWEEP = tuple(2 ** p for p in range(9, 21))  # 512 ... 2^20, until OOM or the time cap
-FAILED = ("oom", "timeout", "error")  # a row's status when it ran and failed ("skipped": not run)
 MATMUL_N = 4096  # jnp.dot of two N x N float32 matrices: the machine's GFLOP/s
 
 
@@ -185,10 +186,12 @@ class SpeedConfig:
       raise UserError(reason)
     if self.targets:
       return  # targets_plan() ignores the selection
-    if ((self.chunk_sizes, self.spans, self.batch_tokens) != ((None,), (None,), (None,))
-        and not any(a.startswith("performer") for a in self.attentions)):
-      raise UserError("--chunk-sizes, --spans and --batch-tokens apply to the performer_* "
-                      "attentions; none is selected")
+    for option, flag_name, given in zip(FORM, ("--chunk-sizes", "--spans", "--batch-tokens"),
+                                        (self.chunk_sizes, self.spans, self.batch_tokens)):
+      if given != (None,) and not any(option in form_options(a) for a in self.attentions):
+        takers = [a for a in backends.names() if option in form_options(a)]
+        raise UserError(f"{flag_name} applies to the attentions with a {option} option "
+                        f"({', '.join(takers)}); none is selected")
     if self.spans != (None,) and "causal" not in self.directions:
       raise UserError("--spans applies to causal attention: add --direction causal")
     if not plan(self):  # the only filter: favor_scan is causal only
@@ -197,16 +200,6 @@ class SpeedConfig:
 
 
 CONFIG = SpeedConfig
-
-
-def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
-         batch_tokens=None, dtype="float32"):
-  """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
-  performer = attention.startswith("performer")
-  return {"config": config, "attention": attention, "direction": direction, "mode": mode,
-          "L": length, "layer": layer, "chunk_size": chunk_size if performer else None,
-          "span": span if performer and direction == "causal" else None,
-          "batch_tokens": batch_tokens if performer else None, "dtype": dtype}
 
 
 def plan(cfg):
@@ -222,10 +215,10 @@ def plan(cfg):
         if attention != SCAN and direction == "causal" and not backends.info(attention).causal:
           continue  # a bidirectional-only backend (Linformer)
         for mode in cfg.modes:
-          performer = attention.startswith("performer")
-          chunks = cfg.chunk_sizes if performer else (None,)
-          spans = cfg.spans if performer and direction == "causal" else (None,)
-          groups = cfg.batch_tokens if performer else (None,)
+          takes = form_options(attention)
+          chunks = cfg.chunk_sizes if "chunk_size" in takes else (None,)
+          spans = cfg.spans if "span" in takes and direction == "causal" else (None,)
+          groups = cfg.batch_tokens if "batch_tokens" in takes else (None,)
           for chunk, span, group in itertools.product(chunks, spans, groups):
             series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
                                 chunk_size=chunk, span=span, batch_tokens=group,
@@ -234,29 +227,6 @@ def plan(cfg):
           if cfg.peers and attention == "performer_softmax":
             series.append([spec(config, speed_pytorch.NAME, direction, mode, n, layer=True)
                            for n in sorted(set(cfg.seq_lens))])
-  return series
-
-
-def targets_plan():
-  """The measurements behind `ratios()`: regular config, m = 256, d = 64, 8 heads, and the
-  recall config's step (performer-pytorch's only where the peers extra is installed)."""
-  def one(attention, direction, mode, lengths, layer):
-    return [spec("regular", attention, direction, mode, n, layer=layer) for n in lengths]
-  series = [
-      one("performer_softmax", "causal", "fwdbwd", (4096, 8192, 32768), True),  # 1, 4
-      one("performer_softmax", "bidirectional", "fwdbwd", (8192,), True),  # 1
-      one(SCAN, "causal", "fwdbwd", (8192,), True),  # 1
-      one("performer_softmax", "bidirectional", "fwd", (16384,), True),  # 3
-  ]
-  series.append([spec("recall", attention, "causal", "fwdbwd", 64, layer=False)
-                 for attention in ("performer_softmax", "exact", "identity")])  # 2r
-  for direction in DIRECTIONS:  # 2, 5
-    series.append(one("identity", direction, "fwdbwd", (8192,), False))
-    series.append(one("performer_softmax", direction, "fwdbwd", (512, 1024, 2048, 8192), False))
-    for exact in EXACT:
-      series.append(one(exact, direction, "fwdbwd", (512, 1024, 2048), False))
-    if not speed_pytorch.missing():
-      series.append(one(speed_pytorch.NAME, direction, "fwdbwd", (8192,), True))
   return series
 
 
@@ -397,198 +367,4 @@ def _form_text(row, sep):
       if row.get(key) is not None)
 
 
-def _default_form(row):
-  """Whether a row ran with the platform's default block, chunk, span and batch groups."""
-  return not row.get("chunk_size") and not row.get("span") and row.get("batch_tokens") is None
-
-
-def _find(rows, **keys):
-  """The ok row matching keys (in the platform's default form), or None."""
-  for row in rows:
-    if row.get("status") == "ok" and _default_form(row) and all(
-        row.get(k) == v for k, v in keys.items()):
-      return row
-  return None
-
-
-def _lowest(rows, attentions, length, value, **keys):
-  """(attention, value) of the lowest `value(row)` (time, memory) among `attentions` at `length`,
-  or None.
-
-  An attention whose series failed (oom, timeout, error) at or below
-  `length` counts as infinitely slow and large there; one not measured up
-  to `length` (outside the selection) does not count.
-  """
-  best = None
-  for attention in attentions:
-    own = [r for r in rows if r.get("attention") == attention and _default_form(r)
-           and all(r.get(k) == v for k, v in keys.items())]
-    at = next((r for r in own if r["L"] == length and r["status"] == "ok"), None)
-    if at is not None:
-      candidate = (attention, value(at))
-    elif any(r["status"] in FAILED and r["L"] <= length for r in own):
-      candidate = (attention, math.inf)
-    else:
-      continue
-    if best is None or candidate[1] < best[1]:
-      best = candidate
-  return best
-
-
-def crossover(rows, exact=EXACT, **keys):
-  """Smallest measured L from which Performer-softmax is faster than the fastest of the
-  `exact` attentions at that L, and at every longer measured L (an exact attention that ran
-  out of memory or time counts as slower), or None."""
-  perf = {r["L"]: r for r in rows if r.get("attention") == "performer_softmax"
-          and _default_form(r) and r["status"] == "ok"
-          and all(r.get(k) == v for k, v in keys.items())}
-  best = None
-  for n in sorted(perf, reverse=True):
-    fastest = _lowest(rows, exact, n, lambda r: r["median_ms"], **keys)
-    if fastest is None:
-      continue  # no exact attention measured at this L
-    if perf[n]["median_ms"] < fastest[1]:
-      best = n
-    else:
-      break
-  return best
-
-
-def memory_ratio(rows, exact=EXACT, **keys):
-  """The largest ratio over measured L of Performer-softmax's peak memory to the smallest
-  peak among the `exact` attentions at that L, with that L: (ratio, L), or None."""
-  worst = None
-  for r in rows:
-    if (r.get("attention") != "performer_softmax" or not _default_form(r) or r["status"] != "ok"
-        or not r.get("peak_bytes") or not all(r.get(k) == v for k, v in keys.items())):
-      continue
-    smallest = _lowest(rows, exact, r["L"], lambda e: e.get("peak_bytes") or math.inf, **keys)
-    if smallest is None:
-      continue
-    ratio = r["peak_bytes"] / smallest[1]
-    if worst is None or ratio > worst[0]:
-      worst = (ratio, r["L"])
-  return worst
-
-
-def peer_ratios(rows):
-  """performer-pytorch's time over ours at every shape both measured (layer rows): a list of
-  dicts with direction, mode, L, ours_ms, theirs_ms and ratio (> 1: ours is faster)."""
-  out = []
-  for theirs in rows:
-    if theirs.get("attention") != speed_pytorch.NAME or theirs["status"] != "ok":
-      continue
-    keys = {k: theirs[k] for k in ("config", "direction", "mode", "L")}
-    ours = _find(rows, attention="performer_softmax", layer=True, **keys)
-    if ours:
-      out.append(dict(keys, ours_ms=ours["median_ms"], theirs_ms=theirs["median_ms"],
-                      ratio=theirs["median_ms"] / ours["median_ms"]))
-  return out
-
-
-def ratios(rows, matmul):
-  """The target ratios of the speed issues, from rows of one run.
-
-  Returns a list of dicts: id, name, value (None when the rows lack a
-  measurement), target (text), met (bool or None) and detail.
-  """
-  out = []
-
-  def add(id_, name, value, target, met, detail):  # met None: not measured
-    out.append({"id": id_, "name": name, "value": value, "target": target,
-                "met": None if value is None and not detail else bool(met),
-                "detail": detail or None})
-
-  layer = dict(config="regular", layer=True)
-  causal = _find(rows, attention="performer_softmax", direction="causal", mode="fwdbwd",
-                 L=8192, **layer)
-  bidir = _find(rows, attention="performer_softmax", direction="bidirectional", mode="fwdbwd",
-                L=8192, **layer)
-  scan = _find(rows, attention=SCAN, direction="causal", mode="fwdbwd", L=8192, **layer)
-  value = causal and bidir and causal["median_ms"] / bidir["median_ms"]
-  add("1a", "causal / bidirectional FAVOR+ fwd+bwd, L=8192 (layer, m=256, d=64, 8 heads)",
-      value, "<= 1.3", value is not None and value <= 1.3,
-      causal and bidir and f"{causal['median_ms']:.1f} ms / {bidir['median_ms']:.1f} ms")
-  value = causal and scan and scan["median_ms"] / causal["median_ms"]
-  add("1b", "per-token lax.scan / chunked causal FAVOR+ fwd+bwd, L=8192", value, ">= 2",
-      value is not None and value >= 2,
-      causal and scan and f"{scan['median_ms']:.1f} ms / {causal['median_ms']:.1f} ms")
-  for direction, tag in (("bidirectional", "B"), ("causal", "U")):
-    perf = _find(rows, config="regular", layer=False, attention="performer_softmax",
-                 direction=direction, mode="fwdbwd", L=8192)
-    ident = _find(rows, config="regular", layer=False, attention="identity",
-                  direction=direction, mode="fwdbwd", L=8192)
-    value = perf and ident and perf["median_ms"] / ident["median_ms"]
-    add(f"2{tag}", f"Performer / identity-attention model fwd+bwd, regular, ({tag}), L=8192",
-        value, "<= 1.25", value is not None and value <= 1.25,
-        perf and ident and f"{perf['median_ms']:.0f} ms / {ident['median_ms']:.0f} ms")
-  fwd = _find(rows, attention="performer_softmax", direction="bidirectional", mode="fwd",
-              L=16384, **layer)
-  value = None
-  if fwd and matmul.get("status") == "ok":
-    flops = 8 * 16384 * NUM_FEATURES * CONFIGS["regular"].d_model
-    gflops = flops / fwd["median_ms"] / 1e6
-    value = gflops / matmul["gflops"]
-  add("3", "bidirectional FAVOR+ fwd GFLOP/s at L=16384 / jnp.dot float32 GFLOP/s", value,
-      ">= 0.5", value is not None and value >= 0.5,
-      value is not None and f"{gflops:.1f} / {matmul['gflops']:.1f} GFLOP/s (8 L m d per head)")
-  small = _find(rows, attention="performer_softmax", direction="causal", mode="fwdbwd",
-                L=4096, **layer)
-  large = _find(rows, attention="performer_softmax", direction="causal", mode="fwdbwd",
-                L=32768, **layer)
-  value = None
-  if small and large and small.get("peak_bytes") and large.get("peak_bytes"):
-    per = (small["peak_bytes"] / 4096, large["peak_bytes"] / 32768)
-    value = max(per) / min(per)
-  add("4", "causal FAVOR+ fwd+bwd peak bytes/token, L=4096 vs 32768 (max/min)", value,
-      "<= 1.10", value is not None and value <= 1.10,
-      value is not None and f"{per[0]:.0f} vs {per[1]:.0f} bytes/token ({small['memory_source']})")
-  for direction, tag in (("bidirectional", "B"), ("causal", "U")):
-    keys = dict(config="regular", layer=False, direction=direction, mode="fwdbwd")
-    measured = [r for r in rows if all(r.get(k) == v for k, v in keys.items())
-                and r.get("attention") in EXACT + ("performer_softmax",)]
-    peers = sorted({r["attention"] for r in measured} & set(EXACT), key=EXACT.index)
-    value = crossover(rows, **keys) if peers else None
-    naive = crossover(rows, exact=("exact",), **keys) if "exact" in peers else None
-    lengths = ",".join(str(n) for n in sorted({r["L"] for r in measured}))
-    add(f"5{tag}", f"crossover L: Performer model fwd+bwd faster than the fastest exact attention "
-        f"({tag})", value, "<= 2048", value is not None and value <= 2048,
-        peers and (f"against {', '.join(peers)}; against naive exact alone: {naive or 'none'}; "
-                   f"measured L: {lengths}"))
-    worst = memory_ratio(rows, **keys) if peers else None
-    add(f"5m{tag}", f"Performer model fwd+bwd peak memory / the smallest exact peak, worst L ({tag})",
-        worst and worst[0], "< 1 at every L", worst is not None and worst[0] < 1,
-        worst and f"worst at L={worst[1]}; against {', '.join(peers)}")
-  step = {name: _find(rows, config="recall", layer=False, attention=name, direction="causal",
-                      mode="fwdbwd", L=64) for name in ("performer_softmax", "exact", "identity")}
-  favor_step, exact_step, ident = step.values()
-  value = favor_step and ident and favor_step["median_ms"] / ident["median_ms"]
-  add("2r", "recall study's step (U), L=64: FAVOR+ m=64 / identity-attention model fwd+bwd", value,
-      "<= 1.5", value is not None and value <= 1.5,
-      favor_step and ident and (f"{favor_step['median_ms']:.1f} ms / {ident['median_ms']:.1f} ms; "
-                                + (f"exact {exact_step['median_ms']:.1f} ms" if exact_step
-                                   else "exact not measured")))
-  paired = {(p["direction"], p["mode"], p["L"]): p for p in peer_ratios(rows)
-            if p["config"] == "regular"}
-  for direction, tag, target in (("bidirectional", "B", 3.0), ("causal", "U", 30.0)):
-    pair = paired.get((direction, "fwdbwd", 8192))
-    add(f"5p{tag}", f"performer-pytorch / ours, FAVOR+ layer fwd+bwd, L=8192 ({tag})",
-        pair and pair["ratio"], f">= {target:g}", pair is not None and pair["ratio"] >= target,
-        pair and f"{pair['theirs_ms']:.0f} ms / {pair['ours_ms']:.0f} ms")
-  return out
-
-
-def format_ratios(table):
-  """Lines for the terminal: one per target."""
-  lines = []
-  for r in table:
-    if r["met"] is None:
-      hint = speed_pytorch.missing() if r["id"].startswith("5p") else None
-      lines.append(f"  [{r['id']}] {r['name']}: not measured in this run "
-                   f"({hint or 'see --targets'})")
-      continue
-    value = f"{r['value']:.3g}" if isinstance(r["value"], float) else str(r["value"] or "none")
-    verdict = "met" if r["met"] else "NOT met"
-    lines.append(f"  [{r['id']}] {r['name']}: {value} (target {r['target']}: {verdict}; "
-                 f"{r['detail']})")
-  return lines
+FLAGS, main = results.command(__name__)  # what every experiment command does

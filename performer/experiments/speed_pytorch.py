@@ -15,7 +15,7 @@ import importlib.util
 import os
 
 NAME = "performer_pytorch"
-INSTALL = "pip install -e '.[peers]' (a CPU build of torch is enough; README.md: Speed)"
+INSTALL = "pip install -e '.[peers]' (a CPU build of torch is enough; docs/speed.md)"
 
 
 def missing():
@@ -27,12 +27,13 @@ def missing():
   return None
 
 
-def build(spec, num_features):
+def build(spec, shape, num_features):
   """(run, inputs): one call of FastAttention on q, k, v [1, H, L, d] float32.
 
   Args:
-    spec: a speed configuration (config's heads and d_model, direction, mode, L);
+    spec: a speed configuration (direction, mode, L);
       its dtype must be float32.
+    shape: the config's `speed_worker.Shape` (its heads and d_model).
     num_features: m.
 
   Returns:
@@ -46,13 +47,10 @@ def build(spec, num_features):
   """
   import torch  # pylint: disable=import-outside-toplevel
   from performer_pytorch import FastAttention  # pylint: disable=import-outside-toplevel
-
-  from performer.experiments.speed_worker import CONFIGS  # pylint: disable=import-outside-toplevel
   if spec.get("dtype", "float32") != "float32":
     raise ValueError("the performer-pytorch comparison runs float32 only")
   torch.manual_seed(spec.get("seed", 0))
   torch.set_num_threads(len(os.sched_getaffinity(0)))
-  shape = CONFIGS[spec["config"]]
   heads, d_model = shape.num_heads, shape.d_model
   layer = FastAttention(dim_heads=d_model // heads, nb_features=num_features,
                         causal=spec["direction"] == "causal")

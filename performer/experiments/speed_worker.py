@@ -67,13 +67,15 @@ CONFIGS = {"regular": Shape(8, 6, 2048, 512), "small": Shape(1, 6, 64, 64),
 VOCAB_SIZE = 256
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 NUM_FEATURES = CONFIGS["regular"].num_features
+FORM = ("chunk_size", "span", "batch_tokens")  # FAVOR's form options (favor.Form), where taken
+DIRECTIONS = ("bidirectional", "causal")
 # Harness-only attention: FAVOR+ causal by a per-token lax.scan prefix sum
 # (favor.causal_linear_attention_scan), the reference path of the causal target.
 SCAN = "favor_scan"
 
 
 def measure(spec):
-  """Measures `spec` (a dict from `speed.spec`, plus repeats, memory_cap, deadline,
+  """Measures `spec` (a dict from `spec`, plus repeats, memory_cap, deadline,
   profile and lock) and returns the row's measured fields.
 
   With spec["lock"] (a file path, `speed --jobs` > 1) the process builds its
@@ -90,7 +92,7 @@ def measure(spec):
   """
   memory = _PeakMemory()
   if spec["attention"] == speed_pytorch.NAME:  # eager torch: nothing to compile or plan
-    fn, (run, args) = None, speed_pytorch.build(spec, NUM_FEATURES)
+    fn, (run, args) = None, speed_pytorch.build(spec, CONFIGS[spec["config"]], NUM_FEATURES)
   else:
     run, (fn, args) = None, _build(spec)
   with _device_lock(spec.get("lock")) as waited:
@@ -243,11 +245,33 @@ def _layer(spec):
   return lambda q, k, v, state: grad(build(state), q, k, v), (q, k, v, state)
 
 
+def form_options(attention):
+  """Which of FORM backend `attention` takes, as its registry entry's options say; none for the
+  scan reference and performer-pytorch (not registered)."""
+  from performer import attention as backends  # pylint: disable=import-outside-toplevel
+  if attention not in backends.names():
+    return ()
+  return tuple(o for o in FORM if o in backends.info(attention).defaults)
+
+
+def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
+         batch_tokens=None, dtype="float32"):
+  """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
+  takes = form_options(attention)
+  return {"config": config, "attention": attention, "direction": direction, "mode": mode,
+          "L": length, "layer": layer, "chunk_size": chunk_size if "chunk_size" in takes else None,
+          "span": span if "span" in takes and direction == "causal" else None,
+          "batch_tokens": batch_tokens if "batch_tokens" in takes else None, "dtype": dtype}
+
+
 def _options(spec):
-  if not spec["attention"].startswith("performer"):
+  """A configuration's attention options: its m (where the backend has one) and its form."""
+  from performer import attention as backends  # pylint: disable=import-outside-toplevel
+  if spec["attention"] not in backends.names():
     return {}
-  options = {"num_features": CONFIGS[spec["config"]].num_features}
-  for name in ("chunk_size", "span", "batch_tokens"):
+  has_m = "num_features" in backends.info(spec["attention"]).defaults
+  options = {"num_features": CONFIGS[spec["config"]].num_features} if has_m else {}
+  for name in FORM:
     if spec.get(name) is not None:
       options[name] = spec[name]
   return options
@@ -341,7 +365,7 @@ def main():
   if spec.get("attention") == "exact_dot_product":  # which of its implementations ran
     from performer.attention import dot_product  # pylint: disable=import-outside-toplevel
     result["implementation"] = dot_product.implementation(spec.get("dtype", "float32"))
-  if spec.get("attention", "").startswith("performer"):  # the lengths it ran with
+  if "span" in form_options(spec.get("attention")):  # FAVOR's backends: the form it ran with
     from performer import favor  # pylint: disable=import-outside-toplevel
     result["form"] = favor.form()._asdict()
   result["device"] = jax.devices()[0].device_kind

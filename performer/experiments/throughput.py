@@ -25,6 +25,7 @@ import tempfile
 import time
 
 from performer.errors import UserError
+from performer.experiments import results
 from performer.experiments.results import Result, environment
 from performer.flags import flag
 
@@ -180,3 +181,6 @@ if __name__ == "__main__":
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
+
+
+FLAGS, main = results.command(__name__)  # what every experiment command does

@@ -186,8 +186,8 @@ def _if_needed(fn, needed, args):
   """fn(*args) if `needed` (a traced bool), else zeros shaped like args[-1], in both passes.
 
   Its own VJP, because autodiff of a `lax.cond` fills the branch not taken
-  with zero residuals: measured 1.2x slower on CPU even when no chunk needed
-  the exact path.
+  with zero residuals, which costs time even when no chunk needs the exact
+  path.
   """
   return jax.lax.cond(needed, fn, lambda *a: jnp.zeros(a[-1].shape, jnp.float32), *args)
 

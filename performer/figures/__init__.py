@@ -1,76 +1,58 @@
 """Figures and tables: each reads result files or run folders and writes; none recomputes anything.
 
-`FIGURES` maps a figure name (as given to `performer figure NAME`) to the
-module that renders it and `SUMMARIES` to its one-line help. A figure of
-`RUNS` reads `performer train` run folders, `render(run_dirs, out_path)`;
-any other reads one input, `render(input_path, out_path)`, whose default
-`INPUTS` gives: where the producing command's own `--out` default writes
-(runs/, never the committed results/). The tables (`TABLES`) write
-NAME.md and NAME.csv.
+A figure module declares NAME (as given to `performer figure NAME`) and
+SUMMARY (its one-line help); READS = "runs" when it reads `performer train`
+run folders, `render(run_dirs, out_path)`, else it reads one input,
+`render(input_path, out_path)`, by default where the experiment whose
+FIGURE it is writes (its OUT: runs/, never the committed results/), or its
+own INPUT; TABLE = True when it writes NAME.md and NAME.csv; OUT names a
+runs figure's file. The tables below are read from those declarations.
 """
 
 import dataclasses
+import glob
 import importlib
 import os
 
+from performer import declared
 from performer.errors import UserError
 from performer.flags import flag, folder
 
-FIGURES = {
-    "aa-similarity": "performer.figures.aa_similarity",  # paper Fig. 13 (App. C.4)
-    "attention-maps": "performer.figures.attention_maps",  # paper Figs. 10-11 (App. C.4)
-    "backward-compat": "performer.figures.backward_compat",  # paper Fig. 5
-    "claims": "performer.figures.claims",  # Sec. 4.3, Fig. 6, Table 2
-    "curves": "performer.figures.curves",  # paper Fig. 6
-    "error-propagation": "performer.figures.error_propagation",  # paper Fig. 14 (App. D.1)
-    "kernels": "performer.figures.kernels",  # paper Fig. 16 (App. D.3)
-    "lemma2": "performer.figures.lemma2",  # paper Fig. 2 (Lemma 2)
-    "mse-vs-m": "performer.figures.mse_vs_m",  # paper Fig. 4
-    "recall": "performer.figures.recall",  # associative recall (MQAR), beyond the paper
-    "recall-lr": "performer.figures.recall_lr",  # the recall study's learning rates
-    "redraw": "performer.figures.redraw",  # paper Fig. 15 left and middle (App. D.2)
-    "speed": "performer.figures.speed",  # paper Fig. 3
-    "table1": "performer.figures.table1",  # paper Table 1 (App. C.1)
-    "table2": "performer.figures.table2",  # paper Table 2 (App. C.3)
-}
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
-SUMMARIES = {
-    "aa-similarity": "Fig. 13 amino-acid similarity from attention beside BLOSUM62 (--input JSON)",
-    "attention-maps": "Figs. 10-11 a protein's attention maps and a two-head zoom (--input JSON)",
-    "backward-compat": "Fig. 5 a Transformer's weights fine-tuned as Performers (--runs)",
-    "claims": "the paper's protein claims with verdicts, from run folders (--runs)",
-    "curves": "Fig. 6 train/validation curves of --metric against step (--runs)",
-    "error-propagation": "Fig. 14 Transformer vs FAVOR+ error against layer (--input JSON)",
-    "kernels": "Fig. 16 accuracy of generalized-attention kernels, log-log, NaN stops (--runs)",
-    "lemma2": "Fig. 2 MSE ratio r of trig to positive features (--input lemma2 JSON)",
-    "mse-vs-m": "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)",
-    "recall": "MQAR recall accuracy against state size and m, with verdicts (--runs)",
-    "recall-lr": "the recall study's learning rates chosen on valid (--runs)",
-    "redraw": "Fig. 15 softmax features with/without redrawing; softmax vs ReLU (--runs)",
-    "speed": "Fig. 3 time and memory against L (--input speed JSON)",
-    "table1": "Table 1 TrEMBL split statistics beside the paper's (--input dataset folder)",
-    "table2": "Table 2 test/OOD accuracy and perplexity beside the paper's (--runs)",
-}
 
-INPUTS = {
-    "aa-similarity": "runs/aa_similarity.json",
-    "attention-maps": "runs/attention_maps.json",
-    "error-propagation": "runs/error_propagation.json",
-    "lemma2": "runs/lemma2.json",
-    "mse-vs-m": "runs/approx_error.json",
-    "speed": "runs/speed.json",
-    "table1": "runs/data/trembl-sample",  # prepare-trembl --sample
-}
+def _declared():
+  """{figure name: its module's declarations}, read from the sources (no import: matplotlib)."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(_HERE, "[!_]*.py"))):  # not this module
+    found = declared.constants(path, ("NAME", "SUMMARY", "READS", "OUT", "TABLE", "INPUT"))
+    if "NAME" in found:
+      module = os.path.splitext(os.path.basename(path))[0]
+      out[found["NAME"]] = {"module": f"performer.figures.{module}", **found}
+  return out
 
-RUNS = frozenset({"backward-compat", "claims", "curves", "kernels", "recall", "recall-lr",
-                  "redraw", "table2"})
+
+def _produced():
+  """{figure name: the default --out of the command whose FIGURE it is} (the experiments)."""
+  out = {}
+  for path in glob.glob(os.path.join(os.path.dirname(_HERE), "experiments", "*.py")):
+    found = declared.constants(path, ("FIGURE", "OUT"))
+    if found.get("FIGURE"):
+      out[found["FIGURE"]] = found["OUT"]
+  return out
+
+
+_FIGURES = _declared()
+FIGURES = {name: d["module"] for name, d in _FIGURES.items()}
+SUMMARIES = {name: d["SUMMARY"] for name, d in _FIGURES.items()}
+RUNS = frozenset(name for name, d in _FIGURES.items() if d.get("READS") == "runs")
 # A runs figure's file in the first run's parent folder, when not <name>.png / <name>.md.
-RUN_FILES = {"curves": "fig6_{metric}.png", "backward-compat": "fig5_backward_compat.png",
-             "kernels": "fig16_kernels.png", "redraw": "fig15_redraw.png",
-             "recall-lr": "recall_lr.md"}
-TABLES = frozenset({"claims", "recall-lr", "table1", "table2"})
+RUN_FILES = {name: d["OUT"] for name, d in _FIGURES.items() if "OUT" in d}
+TABLES = frozenset(name for name, d in _FIGURES.items() if d.get("TABLE"))
+INPUTS = {**_produced(), **{name: d["INPUT"] for name, d in _FIGURES.items() if "INPUT" in d}}
 
 
+NAME = "figure"  # the command
 SUMMARY = "draw a paper figure or table from result files or runs"
 DESCRIPTION = ("Renders a figure or table from a result file (--input) or from `performer train` "
                "run folders (--runs) without recomputing anything.")
@@ -88,7 +70,7 @@ class Flags:
   runs: tuple[str, ...] | None = flag(
       None, "run folders (`performer train` workdirs) for table2, claims, curves, "
       "backward-compat, kernels, redraw, recall, recall-lr (recall runs record their task, row, "
-      "lr and seed in TrainConfig.settings: README.md, 'Associative recall')", nargs="+",
+      "lr and seed in TrainConfig.settings: docs/reproducing.md, 'Associative recall')", nargs="+",
       metavar="RUN", parse=folder)
   metric: str | None = flag(None, "what curves draws against the step", shown="accuracy, in %",
                             metavar="{accuracy,perplexity,loss}")
@@ -115,6 +97,11 @@ def listing():
   """One line per figure, '  name  summary', for the command's help."""
   width = max(map(len, FIGURES))
   return "\n".join(f"  {name:<{width}}  {SUMMARIES[name]}" for name in sorted(FIGURES))
+
+
+def epilog():
+  """The figures and tables, for `performer figure --help`."""
+  return "figures and tables:\n" + listing()
 
 
 def default_out(name, source, metric="accuracy"):

@@ -9,14 +9,14 @@ a < b in the title. Diagonals (1 by construction) and undefined entries are
 blank. Reads the JSON result only.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+NAME = "aa-similarity"  # performer figure NAME
+SUMMARY = "Fig. 13 amino-acid similarity from attention beside BLOSUM62 (--input JSON)"
 
 REQUIRED = {"maps": str, "heads_kept": float, "heads": float, "pairs_offdiagonal": float}
 NAMES = {"favor": "FAVOR implicit attention", "exact": "exact softmax attention"}

@@ -15,14 +15,14 @@ JSON and the .npz it names; never recomputes the maps.
 import os
 import textwrap
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+NAME = "attention-maps"  # performer figure NAME
+SUMMARY = "Figs. 10-11 a protein's attention maps and a two-head zoom (--input JSON)"
 
 REQUIRED = {"layer": float, "head": float, "name": str, "exact_diagonal_share": float,
             "exact_top_column_share": float}

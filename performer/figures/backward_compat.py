@@ -18,15 +18,17 @@ recomputes anything.
 
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures import runs
+from performer.figures.curves import STYLES, curve, diverged, seed_band, seed_curves, step_axis
+from performer.figures.io import check_figure_path, figure_format, save_figure
 
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import STYLES, curve, diverged, seed_band, seed_curves, step_axis  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
+NAME = "backward-compat"  # performer figure NAME
+SUMMARY = "Fig. 5 a Transformer's weights fine-tuned as Performers (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig5_backward_compat.png"  # in the first run's parent folder
 
 VARIANTS = ("Transformer (continued)", "Performer positive, redraw",
             "Performer positive, no redraw", "Performer trig", "Performer SMREG",

@@ -48,6 +48,11 @@ from performer.atomic import atomic_path
 from performer.figures import paper, runs
 from performer.figures.tables import Column, csv_path, write_table
 
+NAME = "claims"  # performer figure NAME
+SUMMARY = "the paper's protein claims with verdicts, from run folders (--runs)"
+READS = "runs"  # render(run folders, out)
+TABLE = True
+
 DELTA_FRACTION = 0.1
 # More seeds than three only where they bring the MDE under delta (verdicts.seeds_to_resolve),
 # up to this many: at five, the Fig. 6 runs' seed part of the error is down to about the test

@@ -15,16 +15,18 @@ panels. Never recomputes anything.
 
 import math
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
-from matplotlib.ticker import MaxNLocator  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures import runs
+from performer.figures.io import check_figure_path, figure_format, save_figure
 
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
+NAME = "curves"  # performer figure NAME
+SUMMARY = "Fig. 6 train/validation curves of --metric against step (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig6_{metric}.png"  # in the first run's parent folder
 
 METRICS = {"accuracy": "accuracy (%)", "perplexity": "perplexity", "loss": "loss (nats per token)"}
 COLOURS = {"Transformer": "C3", "Performer-softmax": "C0", "Performer-ReLU": "C2",

@@ -10,15 +10,15 @@ log axis cannot show mean - std below 0). Never recomputes the experiment.
 
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from performer import verdicts
+from performer.errors import UserError
+from performer.figures.tables import Column, write_table
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
-from performer import verdicts  # pylint: disable=wrong-import-position
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+NAME = "error-propagation"  # performer figure NAME
+SUMMARY = "Fig. 14 Transformer vs FAVOR+ error against layer (--input JSON)"
 
 REQUIRED = {"setting": str, "quantity": str, "m": float, "layer": float, "num_layers": float,
             "error_mean": float, "error_min": float, "error_max": float, "draws": float}

@@ -4,10 +4,14 @@ import json
 import math
 import os
 
+import matplotlib
 from matplotlib.backend_bases import FigureCanvasBase
 
 from performer.atomic import atomic_path, check_writable
 from performer.errors import UserError
+
+# Files only, never a window, on any host: every figure module imports this module.
+matplotlib.use("Agg")
 
 
 def load_rows(path, experiment, required):

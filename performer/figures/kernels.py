@@ -16,17 +16,19 @@ it stopped at, and its legend entry says "NaN at step S". Never recomputes
 anything.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
+from performer import attention
+from performer.errors import UserError
+from performer.figures import runs
+from performer.figures.curves import SCORED, STYLES, curve, seed_band, seed_curves
+from performer.figures.io import check_figure_path, figure_format, save_figure
 
-from performer import attention  # pylint: disable=wrong-import-position
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import runs  # pylint: disable=wrong-import-position
-from performer.figures.curves import SCORED, STYLES, curve, seed_band, seed_curves  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
+NAME = "kernels"  # performer figure NAME
+SUMMARY = "Fig. 16 accuracy of generalized-attention kernels, log-log, NaN stops (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig16_kernels.png"  # in the first run's parent folder
 
 # Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
 KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",

@@ -13,15 +13,15 @@ ratio, with the crossing r = 1. Never recomputes the experiment.
 
 import math
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import TwoSlopeNorm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
-from matplotlib.colors import TwoSlopeNorm  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+NAME = "lemma2"  # performer figure NAME
+SUMMARY = "Fig. 2 MSE ratio r of trig to positive features (--input lemma2 JSON)"
 
 REQUIRED = {"phi": float, "l": float, "kernel_value": float, "mse_trig": float,
             "mse_positive": float, "r": float, "mc_trig": float, "mc_trig_se": float,

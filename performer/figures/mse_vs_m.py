@@ -12,12 +12,12 @@ medians. Legends sit beside the panels, off the curves. Never recomputes the
 experiment.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+NAME = "mse-vs-m"  # performer figure NAME
+SUMMARY = "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)"
 
 REQUIRED = {"kernel": str, "projection": str, "scaling": str, "m": float, "mse_mean": float,
             "mse_std": float, "mse_median": float, "samples": float, "input_scale": float}

@@ -32,20 +32,21 @@ import json
 import os
 import re
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-import numpy as np  # pylint: disable=wrong-import-position
+from performer import attention, verdicts
+from performer.atomic import atomic_path
+from performer.errors import UserError
+from performer.figures import claims as claims_lib
+from performer.figures import recall_runs
+from performer.figures import runs as runs_lib
+from performer.figures.io import check_figure_path, save_figure
+from performer.figures.tables import Column, write_table
 
-from performer import attention, verdicts  # pylint: disable=wrong-import-position
-from performer.data import mqar  # pylint: disable=wrong-import-position
-from performer.atomic import atomic_path  # pylint: disable=wrong-import-position
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import claims as claims_lib  # pylint: disable=wrong-import-position
-from performer.figures import runs as runs_lib  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, save_figure  # pylint: disable=wrong-import-position
-from performer.figures.tables import Column, write_table  # pylint: disable=wrong-import-position
+NAME = "recall"  # performer figure NAME
+SUMMARY = "MQAR recall accuracy against state size and m, with verdicts (--runs)"
+READS = "runs"  # render(run folders, out)
 
 # A twentieth of exact's gain over the control: the smallest gap in recall we would call a
 # different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
@@ -64,9 +65,6 @@ ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"
                Column("max", "{:.2f}"), Column("seeds"), Column("unlucky seeds"),
                Column("learning rate", "{:g}"), Column("steps (median)", "{:.0f}"),
                Column("valid gain, last 1,000 steps (pp)", "{:.2f}"))
-CLIMB = 1000  # steps over which a run's last valid gain is read: is it still climbing?
-MECHANISM = ("accuracy_favor", "accuracy_exact_rows", "l1", "favor_answer", "exact_answer",
-             "favor_max", "exact_max")  # recall_rows.json's numbers, layer 0's for the rows
 MECHANISM_COLUMNS = (Column("task"), Column("row"), Column("seeds"),
                      Column("accuracy with FAVOR's rows %", "{:.2f}"),
                      Column("with exact rows of the same q, k %", "{:.2f}"),
@@ -139,8 +137,8 @@ def _by_task(loaded):
     task, row = run.settings.get("task"), run.settings.get("row")
     if not task or not row:
       raise UserError(f"{run.path}: not a recall run (its config.json records no task and row; "
-                      "runs of performer reproduce --only recall do, README.md says how to "
-                      "record them by hand)")
+                      "runs of performer reproduce --only recall do, docs/reproducing.md says "
+                      "how to record them by hand)")
     check_settings(run.path, task, row)
     if "test" not in run.evals and not run.failed:
       raise UserError(f"{run.path}: no eval_test.json (run performer eval --split test)")
@@ -197,7 +195,7 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
     seeds_a, seeds_b = [r.seed for r in rows[a]], [r.seed for r in rows[b]]
     if ra is None or rb is None:
       notes[cid] = why_a or why_b
-    elif len({_planned(r) for r in rows[a] + rows[b]}) != 1:
+    elif len({recall_runs.planned(r) for r in rows[a] + rows[b]}) != 1:
       notes[cid] = f"{label(a)} and {label(b)} were evaluated at different steps"
     else:
       evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap,
@@ -240,16 +238,16 @@ def render(run_dirs, out_path):
                         float(finite.max()) if finite.size else None, len(group),
                         ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr"),
                         _median([run.step for run in group]),
-                        _mean([_last_gain(run) for run in group]),
+                        _mean([recall_runs.last_gain(run) for run in group]),
                         *(_mean([100 * run.value(s, "accuracy") if run.value(s, "accuracy")
                                  is not None else None for run in group]) for s in extra)])
-      probed = [m for m in map(_mechanism, group) if m is not None]
+      probed = [m for m in map(recall_runs.mechanism, group) if m is not None]
       if probed:
         mechanism_cells.append([task, label(row), len(probed), *(
             (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
-            for k in MECHANISM)])
-    ceiling = ceilings(next(iter(rows.values()))[0], ("test", *extra))
-    ceiling_notes += [_ceiling_note(task, s, c) for s, c in ceiling.items()]
+            for k in recall_runs.MECHANISM)])
+    ceiling = recall_runs.ceilings(next(iter(rows.values()))[0], ("test", *extra))
+    ceiling_notes += [recall_runs.ceiling_note(task, s, c) for s, c in ceiling.items()]
     _draw(left, right, task, rows, means, ceiling.get("test"))
     decided, gate = decide(task, rows)
     for v in decided:
@@ -267,14 +265,15 @@ def render(run_dirs, out_path):
   fig.tight_layout()
   save_figure(fig, out_path)
   plt.close(fig)
-  notes = [_gate_note(t, r["gate"]) for t, r in record["tasks"].items()]
+  notes = [recall_runs.gate_note(t, r["gate"]) for t, r in record["tasks"].items()]
   rows_md = write_table(stem + ".md", "Associative recall (MQAR): test accuracy per row",
                         columns, row_cells, [
                             "Accuracy over the query positions of the fixed test set, in %; "
                             "min and max over seeds. Unlucky: seeds below "
                             f"{UNLUCKY:g} x the row's median. Steps: where the runs were "
                             "evaluated (an early stop at 99% valid accuracy, or the cap); valid "
-                            f"gain: valid accuracy at the last eval minus {CLIMB:,} steps before "
+                            "gain: valid accuracy at the last eval minus "
+                            f"{recall_runs.CLIMB:,} steps before "
                             "(a row still climbing at the cap has a positive gain). Other test "
                             "splits (data/mqar.py): test_shuffled holds test's examples with the "
                             "keys reassigned to the query slots at random; test_kv<n> has n "
@@ -313,71 +312,6 @@ def _mean(values):
 def _median(values):
   values = [v for v in values if v is not None]
   return float(np.median(values)) if values else None
-
-
-def _mechanism(run):
-  """{MECHANISM key: value} of a run's recall_rows.json (its first attention layer), or None."""
-  try:
-    with open(os.path.join(run.path, "recall_rows.json")) as f:
-      record = json.load(f)
-    return {k: record[k] if k.startswith("accuracy") else record["rows"][0][k] for k in MECHANISM}
-  except (OSError, ValueError, KeyError, IndexError, TypeError):
-    return None
-
-
-def _stopped_early(run):
-  return os.path.isfile(os.path.join(run.path, "stopped_early.json"))
-
-
-def _planned(run):
-  """The step a run was evaluated at, or its cap (TrainConfig.steps) when it stopped early:
-  runs with the same cap are compared whenever they stopped."""
-  return run.config["train"]["steps"] if _stopped_early(run) else run.step
-
-
-def _last_gain(run):
-  """Valid accuracy (pp) at the run's last eval minus at CLIMB steps before it; None when the
-  run stopped early (it reached its target) or is shorter."""
-  if _stopped_early(run):
-    return None
-  valid = [(r["step"], r["accuracy"]) for r in run.metrics if r["split"] == "valid"]
-  if not valid:
-    return None
-  last, acc = valid[-1]
-  before = [a for step, a in valid if step <= last - CLIMB]
-  return 100 * (acc - before[-1]) if before else None
-
-
-def ceilings(run, splits):
-  """{split: mqar.ceilings} of the test splits among `splits` of the MQAR task `run` trained
-  on (its dataset.json, which archives keep); {} for a run without one."""
-  try:
-    with open(os.path.join(run.path, "dataset.json")) as f:
-      task = mqar.from_fingerprint(json.load(f)["fingerprint"])
-  except (OSError, ValueError, KeyError, TypeError, AttributeError):
-    return {}
-  if task is None:
-    return {}
-  return {s: mqar.ceilings(task, s) for s in splits if s in task.splits and s.startswith("test")}
-
-
-def _ceiling_note(task, split, rules):
-  pct = lambda k: f"{100 * rules[k]:.2f}%"
-  return (f"{task} {split}: no-binding ceiling {pct('ceiling')} (the r-th query answered "
-          f"with the r-th context value {pct('rank_order')}; rules fitted on a query's rank "
-          f"among the queries {pct('rank')}, its slot {pct('slot')}, both {pct('rank_slot')}; "
-          f"a uniform guess among the context's values {pct('uniform')}; data/mqar.py "
-          "ceilings).")
-
-
-def _gate_note(task, gate):
-  if gate is None:
-    return f"{task}: no gate (needs exact and identity runs)."
-  if gate["interval"] is None:
-    return f"{task}: gate undecided (needs >= 2 seeds of exact and identity)."
-  low, high = (100 * x for x in gate["interval"])
-  return (f"{task}: exact beats identity by {100 * gate['difference']:.2f} pp (95% {low:.2f} .. "
-          f"{high:.2f}, MDE {100 * gate['mde']:.2f}): gate {'passed' if gate['passed'] else 'failed'}.")
 
 
 def _draw(left, right, task, rows, means, ceiling=None):

@@ -16,6 +16,12 @@ from performer.figures import runs as runs_lib
 from performer.figures.recall import check_settings, label, task_key
 from performer.figures.tables import Column, write_table
 
+NAME = "recall-lr"  # performer figure NAME
+SUMMARY = "the recall study's learning rates chosen on valid (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "recall_lr.md"  # in the first run's parent folder
+TABLE = True
+
 LR_COLUMNS = (Column("task"), Column("row"), Column("learning rate", "{:g}"),
               Column("valid accuracy %", "{:.2f}"), Column("stopped early at step"),
               Column("chosen"))

@@ -10,16 +10,18 @@ the step; a run that a NaN stopped (diverged.json) ends in an 'x'. Left:
 warm colours never redraw, cool colours redraw. Never recomputes anything.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.lines import Line2D  # pylint: disable=wrong-import-position
+from performer.errors import UserError
+from performer.figures import curves, runs
+from performer.figures.io import check_figure_path, figure_format, save_figure
+from performer.figures.kernels import kernel_of, mark_divergence, one_direction, options
 
-from performer.errors import UserError  # pylint: disable=wrong-import-position
-from performer.figures import curves, runs  # pylint: disable=wrong-import-position
-from performer.figures.io import check_figure_path, figure_format, save_figure  # pylint: disable=wrong-import-position
-from performer.figures.kernels import kernel_of, mark_divergence, one_direction, options  # pylint: disable=wrong-import-position
+NAME = "redraw"  # performer figure NAME
+SUMMARY = "Fig. 15 softmax features with/without redrawing; softmax vs ReLU (--runs)"
+READS = "runs"  # render(run folders, out)
+OUT = "fig15_redraw.png"  # in the first run's parent folder
 
 NO_REDRAW_COLOURS = ("C3", "C1", "C6", "C5", "C8")
 REDRAW_COLOURS = ("C0", "C2", "C9", "C4", "C7")

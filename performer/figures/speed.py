@@ -13,13 +13,13 @@ sit beside the panels, sorted by attention and then by number. Never
 recomputes anything.
 """
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FixedLocator, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
-from matplotlib.ticker import FixedLocator, NullLocator  # pylint: disable=wrong-import-position
+from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
-from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure  # pylint: disable=wrong-import-position
+NAME = "speed"  # performer figure NAME
+SUMMARY = "Fig. 3 time and memory against L (--input speed JSON)"
 
 REQUIRED = {"config": str, "attention": str, "direction": str, "mode": str, "L": float,
             "status": str}

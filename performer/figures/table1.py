@@ -14,6 +14,11 @@ from performer.errors import UserError
 from performer.figures import paper
 from performer.figures.tables import Column, cell, csv_path, write_table
 
+NAME = "table1"  # performer figure NAME
+SUMMARY = "Table 1 TrEMBL split statistics beside the paper's (--input dataset folder)"
+TABLE = True
+INPUT = "runs/data/trembl-sample"  # prepare-trembl --sample writes it (trembl.SAMPLE_OUT)
+
 SPLITS = ("train", "valid", "test", "ood")
 FIELDS = ("min", "max", "mean", "std", "median")
 COLUMNS = (Column("task"), Column("split"), Column("source"),

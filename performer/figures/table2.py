@@ -12,6 +12,11 @@ covers gets a row of its own. Writes Markdown and CSV. Never recomputes.
 from performer.figures import paper, runs
 from performer.figures.tables import Column, csv_path, write_table
 
+NAME = "table2"  # performer figure NAME
+SUMMARY = "Table 2 test/OOD accuracy and perplexity beside the paper's (--runs)"
+READS = "runs"  # render(run folders, out)
+TABLE = True
+
 PCT, PPL = "{:.2f}", "{:.2f}"
 COLUMNS = (Column("direction"), Column("model"), Column("seed"), Column("step", "{:,}"),
            Column("test accuracy %", PCT), Column("test perplexity", PPL),

@@ -40,6 +40,7 @@ PATTERNS = ("eval_*.json", "eval_*_sequences.npz")
 CHECKPOINTS = "checkpoints"
 STAMPS = "stamps"
 
+NAME = "archive"  # the command
 SUMMARY = "copy runs' compact outputs (configs, metrics, evals) into a folder to commit"
 DESCRIPTION = ("Copies each run folder's config, metrics.jsonl, diverged.json and eval files (with "
                "their per-sequence sums), and the plan stamps of the jobs that made it, into "

@@ -142,8 +142,8 @@ BUDGETS = {
                            splits=("test", "test_shuffled", "test_kv4"),
                            rows=("exact", "favor_m8", "favor_iid", "relu", "identity"),
                            tune_families=True, tune_steps=2, mechanism=True)),
-    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (README.md gives
-    # the measured times); concatenated proteins at L = 1024 (README: why). Results: results/.
+    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (measured times:
+    # docs/reproducing.md); concatenated proteins at L = 1024 (there: why). Results: results/.
     "mini": Budget(
         name="mini", protein_gin=("gin/reproduce/mini.gin",), text_gin=("gin/mini/pg19_sizes.gin",),
         data="runs/data/swissprot", text_data="runs/data/pg19-sample", num_features=64,

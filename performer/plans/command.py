@@ -13,6 +13,7 @@ from performer.flags import flag, folder
 from performer.plans import archive, local, scheduler, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
+NAME = "reproduce"  # the command
 SUMMARY = "every study of the paper as one plan, run here or on a SLURM cluster"
 DESCRIPTION = ("Builds the plan of a budget: data, training runs, evals, probes, tables and "
                "figures, each a job that starts when the jobs it needs are done. Finished jobs are "
@@ -195,8 +196,8 @@ def _check_before_work(plan, *, dry_run):
     raise UserError("; ".join(missing))
   if dry_run:
     return
-  for folder in (plan.ctx.runs, plan.ctx.results):
-    writable_folder(folder)  # UserError naming the folder
+  for path in (plan.ctx.runs, plan.ctx.results):
+    writable_folder(path)  # UserError naming the folder
   if "pfam_labels" in states and states["pfam_labels"][0] not in state.FINISHED:
     if importlib.util.find_spec("pyhmmer") is None:
       raise UserError("the Pfam labels of the OOD split need pyhmmer: pip install "

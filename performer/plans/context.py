@@ -105,15 +105,6 @@ class Context:
     """The archived run folder of a train job (what `archive` writes)."""
     return self.result(os.path.join("runs", job if isinstance(job, str) else job.name))
 
-  def claims(self, study, runs, *, needs):
-    """The `figure claims` job of an appendix study: its runs beside Fig. 6's scale-gate runs
-    (which set each direction's gate and margin), into <results>/<study>_claims.md."""
-    from performer.plans import fig6  # pylint: disable=import-outside-toplevel
-    gate = fig6.gate_runs(self)
-    return self.figure(f"{study}_claims", ("claims", "--runs", *map(self.archived, gate), *runs),
-                       f"{study}_claims.md", needs=(*(f"{g}_archive" for g in gate), *needs),
-                       study=study)
-
   def figure(self, name, args, out, *, needs, study):
     """A `performer figure NAME ... --out <results>/<out>` job."""
     out = self.result(out)

@@ -40,5 +40,5 @@ def jobs(ctx):
   out.append(ctx.figure("fig15_redraw", ("redraw", "--runs", *runs, *map(ctx.archived, right)),
                         "fig15_redraw.png", needs=[*needs, *(f"{m}_archive" for m in right)],
                         study=STUDY))
-  out.append(ctx.claims(STUDY, runs, needs=needs))
+  out.append(fig6.appendix_claims(ctx, STUDY, runs, needs=needs))
   return out

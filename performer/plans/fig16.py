@@ -7,6 +7,7 @@ Each run is evaluated on test (per-sequence sums) and archived; the figure
 and the claims table (fig16_claims.md) read the archives.
 """
 
+from performer.plans import fig6
 from performer.plans import job as job_lib
 from performer.plans.context import options, short
 
@@ -42,5 +43,5 @@ def jobs(ctx):
   out.append(ctx.figure("fig16_kernels", ("kernels", "--runs", *runs, ctx.archived(control)),
                         "fig16_kernels.png", needs=[*needs, f"{control.name}_archive"],
                         study=STUDY))
-  out.append(ctx.claims(STUDY, runs, needs=needs))
+  out.append(fig6.appendix_claims(ctx, STUDY, runs, needs=needs))
   return out

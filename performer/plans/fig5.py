@@ -12,6 +12,7 @@ text runs, one book, are shown, not judged. Every run is archived; the
 figure reads seed 0 of each variant, the claims all seeds.
 """
 
+from performer.plans import fig6
 from performer.plans import job as job_lib
 from performer.plans.context import options, short
 
@@ -80,6 +81,6 @@ def jobs(ctx):
                         needs=[f"{j}_archive" for j in (*(t.name for t in tuned), "u_exact",
                                                         "b_exact", TEXT_SOURCE)],
                         study=STUDY))  # the sources' archives: its grey line
-  out.append(ctx.claims(STUDY, list(map(ctx.archived, protein)),
+  out.append(fig6.appendix_claims(ctx, STUDY, list(map(ctx.archived, protein)),
                         needs=[f"{j.name}_archive" for j in protein]))
   return out

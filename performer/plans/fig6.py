@@ -102,6 +102,15 @@ def gate_runs(ctx):
   return [run_name(s) for s in sweep(ctx, extra=False) if s["attention"] in GATE]
 
 
+def appendix_claims(ctx, study, runs, *, needs):
+  """The `figure claims` job of an appendix study: its runs beside the scale gate's runs
+  (which set each direction's gate and margin), into <results>/<study>_claims.md."""
+  gate = gate_runs(ctx)
+  return ctx.figure(f"{study}_claims", ("claims", "--runs", *map(ctx.archived, gate), *runs),
+                    f"{study}_claims.md", needs=(*(f"{g}_archive" for g in gate), *needs),
+                    study=study)
+
+
 def jobs(ctx):
   out, archives = [], {}
   for s in sweep(ctx):

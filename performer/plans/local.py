@@ -106,7 +106,7 @@ class _Launcher:
   def loop(self):
     env = dict(os.environ)
     # Every job is a new process compiling much the same programs: JAX's persistent cache
-    # keeps them (an eval of the tiny budget: 16 s without, 7 s with).
+    # keeps them.
     env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(self.plan.ctx.runs, "jax_cache"))
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     self.env = env

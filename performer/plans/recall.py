@@ -10,8 +10,8 @@ SMREG features; the estimators published after the paper, FAVOR++ (GERF),
 FAVOR# (SADERF) and simplex projections (does a lower kernel variance buy
 recall?); Performer-ReLU with random W and with deterministic
 features; elu+1 (linear attention); Based's Taylor map on q and k mapped
-to TAYLOR_DIM dimensions first, as Based does (on all 64, its 4,161
-features cost 13 s a step here); the Reformer; and identity attention, the
+to TAYLOR_DIM dimensions first, as Based does (on all 64 it would have
+4,161 features); the Reformer; and identity attention, the
 chance control.
 
 The learning rate of each row is chosen, not tuned by eye: first one run per

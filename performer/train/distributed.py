@@ -27,7 +27,7 @@ class ClusterFlags:
   coordinator: str | None = flag(
       None, "join a multi-process job (jax.distributed): the address of process 0's coordinator, "
       "with --num-processes and --process-id; or 'auto' under SLURM, Open MPI or on a TPU pod, "
-      "which say all three (README: Running on a cluster)", metavar="HOST:PORT|auto",
+      "which say all three (docs/training.md: Running on a cluster)", metavar="HOST:PORT|auto",
       shown="one process")
   num_processes: int | None = flag(None, "processes in the job")
   process_id: int | None = flag(None, "this process's index, from 0")

@@ -44,8 +44,8 @@ BASELINE_TRAIN_BATCHES = 1000
 # One wrapper for the process: a new nnx.jit per call would compile the step again each time.
 _eval_step = nnx.jit(steps.eval_step, static_argnames=("vocab", "causal", "mlm"))
 # (B) eval masks 15% of positions per draw: over a small test split the few masked
-# positions make the accuracy's sampling error several times that of (U) (0.11 against
-# 0.03 point on the mini runs). `performer eval` scores MASK_DRAWS independent draws of the
+# positions make the accuracy's sampling error several times that of (U) (results/README.md,
+# Table 2). `performer eval` scores MASK_DRAWS independent draws of the
 # masks and sums them (4 draws: 4x the scored positions, a quarter of the mask variance, at
 # 4x the eval cost); training's validation keeps one draw. By MAX_MASK_DRAWS draws each
 # position has been masked about 5 times (15% a draw) and the mask variance is a 32nd of one

@@ -51,7 +51,7 @@ def run(cfg, workdir, *, progress=True, records=None):
   Raises:
     UserError: bad data, configuration or workdir, or another run holding
       the workdir; TrainingDiverged on a NaN or Inf (after writing
-      <workdir>/diverged.json, see `_record_divergence`); KeyboardInterrupt after
+      <workdir>/diverged.json, see `divergence.record`); KeyboardInterrupt after
       saving a checkpoint on Ctrl-C or SIGTERM.
   """
   # --- Set-up: mesh, model, optimizer, data -------------------------------------

@@ -280,4 +280,5 @@ def test_preparing_the_same_task_again_does_nothing(tmp_path, capsys):
   assert cli.main(args) == 0
   capsys.readouterr()
   assert cli.main(args) == 0
-  assert "already holds this task; nothing to do" in capsys.readouterr().out
+  assert "already holds this dataset (same input contents and options); nothing to do" in (
+      capsys.readouterr().out)

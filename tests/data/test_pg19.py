@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import sentencepiece as spm
 
-from performer.data import outdir, pg19, samples
+from performer.data import gutenberg, outdir, pg19, samples
 from performer.data.shards import TokenShards
 from performer.errors import UserError
 
@@ -21,7 +21,7 @@ def book():
 @pytest.fixture(scope="module")
 def prepared(book, tmp_path_factory):
   root = tmp_path_factory.mktemp("pg19")
-  source = pg19.sample_folder(book, str(root / "source"))
+  source = gutenberg.sample_folder(book, str(root / "source"))
   result = pg19.prepare(pg19.PG19Config(source=source, vocab_size=1000), str(root / "out"),
                         progress=False)
   return source, root / "out", result
@@ -30,7 +30,7 @@ def prepared(book, tmp_path_factory):
 def test_clean_text_strips_bom_crlf_and_gutenberg_header_footer(book):
   raw = open(book, "rb").read()
   assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw
-  text = pg19.clean_text(raw, book)
+  text = gutenberg.clean_text(raw, book)
   assert "\r" not in text and not text.startswith("\ufeff")
   assert "*** START OF" not in text and "*** END OF" not in text and "FULL LICENSE" not in text
   # Exactly what lies between the markers (lines 14 to 3993 of the file).
@@ -41,7 +41,7 @@ def test_clean_text_strips_bom_crlf_and_gutenberg_header_footer(book):
 def test_books_decode_back_exactly(prepared):
   source, out, _ = prepared
   sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
-  for split, folder in pg19.SPLITS.items():
+  for split, folder in gutenberg.SPLITS.items():
     books = sorted(os.listdir(os.path.join(source, folder)))
     shards = TokenShards(str(out / split))
     assert len(shards) == len(books)
@@ -53,7 +53,7 @@ def test_books_decode_back_exactly(prepared):
 def test_counts_agree_with_wc(prepared):
   source, out, result = prepared
   assert json.loads((out / "stats.json").read_text()) == result
-  for split, folder in pg19.SPLITS.items():
+  for split, folder in gutenberg.SPLITS.items():
     files = sorted(os.path.join(source, folder, n) for n in os.listdir(os.path.join(source, folder)))
     wc = subprocess.run(["wc", "-w", *files], capture_output=True, text=True, check=True).stdout
     words = int(wc.strip().splitlines()[-1].split()[0])
@@ -67,7 +67,7 @@ def test_counts_agree_with_wc(prepared):
 
 def test_metadata_has_no_header_row(prepared):
   source, _, _ = prepared
-  meta = pg19.read_metadata(source)
+  meta = gutenberg.read_metadata(source)
   assert len(meta) == 11 and meta["8868-01"]["url"].endswith("/8868")
 
 
@@ -77,7 +77,7 @@ def test_metadata_has_no_header_row(prepared):
     ({"vocab_size": 500, "train_bytes": 10}, "leaves no training text"),
 ])
 def test_vocabulary_and_budget_errors(book, tmp_path, options, match):
-  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  source = gutenberg.sample_folder(book, str(tmp_path / "source"))
   with pytest.raises(UserError, match=match):
     pg19.prepare(pg19.PG19Config(source=source, **options), str(tmp_path / "out"), progress=False)
   assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
@@ -86,20 +86,20 @@ def test_vocabulary_and_budget_errors(book, tmp_path, options, match):
 def test_bad_sources(book, tmp_path):
   with pytest.raises(UserError, match="no such folder"):
     pg19.prepare(pg19.PG19Config(source=str(tmp_path / "nope")), str(tmp_path / "o"))
-  source = pg19.sample_folder(book, str(tmp_path / "s"))
+  source = gutenberg.sample_folder(book, str(tmp_path / "s"))
   os.rename(os.path.join(source, "validation"), os.path.join(source, "valid"))
   with pytest.raises(UserError, match="no validation/ folder"):
     pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(tmp_path / "o"),
                  progress=False)
   with pytest.raises(UserError, match="not UTF-8"):
-    pg19.clean_text(b"caf\xe9", "latin1.txt")
+    gutenberg.clean_text(b"caf\xe9", "latin1.txt")
   with pytest.raises(UserError, match=r"--vocab-size must be in \[8, 65535\]"):
     pg19.PG19Config(source=source, vocab_size=70000)
   try:
     import tensorflow_datasets  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   except ImportError:
     with pytest.raises(UserError, match=r"pip install -e '\.\[tfds\]'"):
-      next(pg19.read_tfds_books("train"))
+      next(gutenberg.read_tfds_books("train"))
 
 
 def test_output_folder_rules(prepared, tmp_path):
@@ -117,7 +117,7 @@ def test_output_folder_rules(prepared, tmp_path):
 
 
 def test_a_changed_book_is_not_taken_for_the_same_dataset(book, tmp_path):
-  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  source = gutenberg.sample_folder(book, str(tmp_path / "source"))
   cfg = pg19.PG19Config(source=source, vocab_size=500)
   pg19.prepare(cfg, str(tmp_path / "out"), progress=False)
   with open(os.path.join(source, "test", "8868-11.txt"), "a") as f:
@@ -127,15 +127,15 @@ def test_a_changed_book_is_not_taken_for_the_same_dataset(book, tmp_path):
 
 
 def test_training_text_is_sampled_to_the_budget(book, tmp_path):
-  source = pg19.sample_folder(book, str(tmp_path / "source"))
-  paths = pg19.list_books(source)["train"]
+  source = gutenberg.sample_folder(book, str(tmp_path / "source"))
+  paths = gutenberg.list_books(source)["train"]
   total = sum(len(line.encode()) for line in pg19._training_lines(paths, 10 ** 9, 0))
   sampled = sum(len(line.encode()) for line in pg19._training_lines(paths, 20_000, 0))
   assert 10_000 < sampled < 30_000 < total
 
 
 def test_a_second_run_on_the_same_out_stops_at_once_naming_the_first(book, tmp_path):
-  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  source = gutenberg.sample_folder(book, str(tmp_path / "source"))
   out = tmp_path / "out"
   with outdir.lock(str(out)):
     with pytest.raises(UserError, match=rf"--out {out} is in use by pid {os.getpid()} on "):
@@ -144,7 +144,7 @@ def test_a_second_run_on_the_same_out_stops_at_once_naming_the_first(book, tmp_p
 
 
 def test_a_book_that_is_not_utf8_is_named_or_skipped_and_counted(book, tmp_path, capsys):
-  source = pg19.sample_folder(book, str(tmp_path / "source"))
+  source = gutenberg.sample_folder(book, str(tmp_path / "source"))
   with open(os.path.join(source, "train", "9999.txt"), "wb") as f:
     f.write("Caf\u00e9 au lait.\n".encode("latin-1"))  # read while SentencePiece trains
   with open(os.path.join(source, "test", "9998.txt"), "wb") as f:

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from performer import cli
-from performer.data import outdir, pg19, samples, trembl
+from performer.data import gutenberg, outdir, pg19, samples, trembl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -86,7 +86,7 @@ def test_allow_nucleotide_and_skip_bad_books_flags(tmp_path, capsys):
   assert "--allow-nucleotide" in capsys.readouterr().err
   assert cli.main(["prepare-trembl", str(genome), "--workers", "1", "--allow-nucleotide",
                    "--out", out]) == 0
-  source = pg19.sample_folder(samples.fetch("book"), str(tmp_path / "pg19"))
+  source = gutenberg.sample_folder(samples.fetch("book"), str(tmp_path / "pg19"))
   with open(os.path.join(source, "validation", "0001.txt"), "wb") as f:
     f.write(b"\xe9t\xe9\n")
   out = str(tmp_path / "p")
@@ -100,7 +100,7 @@ def test_allow_nucleotide_and_skip_bad_books_flags(tmp_path, capsys):
 def test_docs_name_the_build_folder_the_code_uses(tmp_path):
   built = outdir.begin(str(tmp_path / "x"))
   assert built == str(tmp_path / "x.partial")
-  with open(os.path.join(ROOT, "README.md")) as f:
+  with open(os.path.join(ROOT, "docs", "data.md")) as f:
     readme = f.read()
   with open(os.path.join(ROOT, "data", "README.md")) as f:
     data_readme = f.read()

@@ -12,7 +12,7 @@ import pytest
 from performer import cli, configurables, favor
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.experiments import aa_similarity, attention_maps, results
+from performer.experiments import aa_similarity, attention_maps, protein_matrices, results
 from performer.train import loop
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
@@ -37,7 +37,7 @@ def _workdir(folder, data, config):
   cfg = configurables.resolve()
   model, optimizer = state_lib.build(cfg)
   for block in model.blocks:
-    if attention_maps.is_performer(block):
+    if protein_matrices.is_performer(block):
       block.attn.redraw(SAVED_DRAW)
   os.makedirs(folder)
   with open(os.path.join(folder, "config.json"), "w") as f:
@@ -171,7 +171,7 @@ def test_model_input_is_what_training_feeds(causal, n):
   seq = np.arange(n) % 20 + len(vocab.SPECIALS)
   inputs, _ = pipeline._example(  # pylint: disable=protected-access
       seq, 32, vocab.EOS, vocab.PAD, causal)
-  got = attention_maps.model_input(seq, 32, causal)
+  got = protein_matrices.model_input(seq, 32, causal)
   np.testing.assert_array_equal(got, inputs[:len(got)])
   assert np.all(inputs[len(got):] == vocab.PAD) and len(got) == min(n + causal, 32)
 
@@ -203,7 +203,7 @@ def test_performer_run_maps_use_its_trained_w_and_reproduce_its_outputs(runs, fa
   np.testing.assert_allclose(arrays["favor"].sum(-1), 1.0, atol=2e-6)
 
   # Recomputed here from the restored model: exact maps by numpy, FAVOR with the saved W.
-  _, model, _ = attention_maps.load_model(runs["b_performer_softmax"])
+  _, model, _ = protein_matrices.load_model(runs["b_performer_softmax"])
   tokens = jnp.asarray(arrays["tokens"])[None]
   states = model.hidden_states(tokens, tokens != vocab.PAD)
   for layer in (0, 1):
@@ -239,7 +239,7 @@ def test_exact_causal_run_has_exact_lower_triangular_maps_only(runs, fasta_file,
 
 
 def test_map_descriptions_name_what_each_matrix_is():
-  describe = attention_maps.describe
+  describe = protein_matrices.describe
   assert "the matrix FAVOR estimates" in describe("performer_softmax", "positive")
   assert "comparison only" in describe("performer_relu", "relu")
   assert "comparison only" in describe("performer_softmax", "relu")  # kernel set by an option
@@ -334,7 +334,7 @@ def test_aa_similarity_equals_a_direct_numpy_computation(runs):
   assert [r["maps"] for r in rows] == ["favor", "exact"] and extra["sequences_used"] == 5
 
   # Directly: the five in one batch (no empty examples), numpy sums over residue positions.
-  cfg, model, _ = attention_maps.load_model(run)
+  cfg, model, _ = protein_matrices.load_model(run)
   source = pipeline.batches(cfg.data, "test", causal=False).source
   records = [source[int(i)] for i in aa_similarity.sample_indices(len(source), 5, 0)]
   tokens, mask = aa_similarity.model_inputs(records, 32, False)

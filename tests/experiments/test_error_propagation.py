@@ -14,7 +14,8 @@ import pytest
 from performer import cli, configurables
 from performer.data import pipeline, vocab
 from performer.errors import UserError
-from performer.experiments import error_propagation, results, trained
+from performer.experiments import error_propagation, results
+from performer.train import trained
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 

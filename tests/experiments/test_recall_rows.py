@@ -10,7 +10,8 @@ import pytest
 from performer import configurables
 from performer.data import mqar
 from performer.errors import UserError
-from performer.experiments import recall_rows, trained
+from performer.experiments import recall_rows
+from performer.train import trained
 from performer.train import evaluate, loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

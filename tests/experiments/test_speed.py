@@ -14,7 +14,7 @@ import pytest
 
 from performer.errors import UserError
 from performer import memory
-from performer.experiments import results, speed, speed_pytorch, speed_worker
+from performer.experiments import results, speed, speed_pytorch, speed_targets, speed_worker
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
@@ -135,7 +135,7 @@ def test_a_job_compiles_and_runs_only_while_it_holds_the_device_lock(tmp_path):
   # The lock is held here until the worker (which imports jax first) is seen waiting for it,
   # then 1 s more: the worker compiles and runs only after it, and reports its wait.
   lock = str(tmp_path / "device.lock")
-  one = speed.spec("small", "identity", "causal", "fwd", 16, layer=True)
+  one = speed_worker.spec("small", "identity", "causal", "fwd", 16, layer=True)
   cfg = speed.SpeedConfig(repeats=1, time_cap=300, jobs=2)
   rows = []
   with open(lock, "a") as f:
@@ -161,13 +161,13 @@ def test_running_out_of_memory_while_compiling_is_oom(monkeypatch):
       raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 128.02GiB")
 
   monkeypatch.setattr(speed_worker.jax, "jit", lambda fn: Jitted())
-  row = speed_worker.measure(dict(speed.spec("small", "exact", "causal", "fwd", 16, layer=True),
+  row = speed_worker.measure(dict(speed_worker.spec("small", "exact", "causal", "fwd", 16, layer=True),
                                   repeats=1))
   assert row["status"] == "oom" and "128.02GiB" in row["detail"] and row["compile_s"] is None
 
 
 def test_a_worker_killed_by_the_kernel_is_oom_and_a_crash_is_an_error(monkeypatch):
-  one = speed.spec("small", "exact", "causal", "fwd", 16, layer=False)
+  one = speed_worker.spec("small", "exact", "causal", "fwd", 16, layer=False)
   cfg = speed.SpeedConfig()
   killed = subprocess.CompletedProcess([], -9, stdout="", stderr="")
   monkeypatch.setattr(speed.subprocess, "run", lambda *a, **k: killed)
@@ -179,7 +179,7 @@ def test_a_worker_killed_by_the_kernel_is_oom_and_a_crash_is_an_error(monkeypatc
 
 
 def _row(attention, direction, mode, length, ms, *, layer, peak=None, status="ok"):
-  row = dict(speed.spec("regular", attention, direction, mode, length, layer=layer), status=status)
+  row = dict(speed_worker.spec("regular", attention, direction, mode, length, layer=layer), status=status)
   if status == "ok":
     row.update(median_ms=ms, min_ms=ms, max_ms=ms, peak_bytes=peak or 1, memory_source="rss")
   return row
@@ -201,7 +201,7 @@ def test_ratios_from_rows_against_hand_computed_values():
              _row("exact", "bidirectional", "fwdbwd", n, exact, layer=False)]
   for attention, ms in (("performer_softmax", 36.0), ("identity", 20.0)):
     rows.append(dict(_row(attention, "causal", "fwdbwd", 64, ms, layer=False), config="recall"))
-  table = {r["id"]: r for r in speed.ratios(rows, {"status": "ok", "gflops": 400.0})}
+  table = {r["id"]: r for r in speed_targets.ratios(rows, {"status": "ok", "gflops": 400.0})}
   assert table["2r"]["value"] == pytest.approx(1.8) and table["2r"]["met"] is False
   assert "exact not measured" in table["2r"]["detail"]
   assert table["1a"]["value"] == pytest.approx(1.3) and table["1a"]["met"]
@@ -212,7 +212,7 @@ def test_ratios_from_rows_against_hand_computed_values():
   assert table["3"]["value"] == pytest.approx(flops / 0.1 / 1e9 / 400.0)
   assert table["4"]["value"] == pytest.approx(1.15) and table["4"]["met"] is False
   assert table["5B"]["value"] == 1024 and table["5B"]["met"]
-  lines = speed.format_ratios(list(table.values()))
+  lines = speed_targets.format_ratios(list(table.values()))
   assert any("[2U]" in l and "not measured" in l for l in lines)
   assert any("[4]" in l and "NOT met" in l for l in lines)
 
@@ -223,10 +223,10 @@ def test_crossover_needs_performer_faster_at_every_longer_length():
             _row("exact", "causal", "fwdbwd", n, exact, layer=False, status=exact_status)]
   keys = dict(config="regular", layer=False, direction="causal", mode="fwdbwd")
   rows = pair(512, 10, 20) + pair(1024, 30, 20) + pair(2048, 40, 80)
-  assert speed.crossover(rows, **keys) == 2048  # faster at 512 alone does not count
+  assert speed_targets.crossover(rows, **keys) == 2048  # faster at 512 alone does not count
   rows = pair(512, 30, 20) + pair(1024, 30, 0, exact_status="oom")
-  assert speed.crossover(rows, **keys) == 1024  # exact out of memory: Performer wins
-  assert speed.crossover(pair(512, 30, 20), **keys) is None
+  assert speed_targets.crossover(rows, **keys) == 1024  # exact out of memory: Performer wins
+  assert speed_targets.crossover(pair(512, 30, 20), **keys) is None
 
 
 def test_crossover_and_memory_are_against_the_fastest_exact_peer():
@@ -242,12 +242,12 @@ def test_crossover_and_memory_are_against_the_fastest_exact_peer():
           at(2048, "exact_blockwise", 0, 0, status="timeout")]
   # Naive exact alone: Performer faster from 1024; the blockwise peer is faster at 1024,
   # and its timeout at 2048 counts as slower there.
-  assert speed.crossover(rows, exact=("exact",), **keys) == 1024
-  assert speed.crossover(rows, **keys) == 2048
+  assert speed_targets.crossover(rows, exact=("exact",), **keys) == 1024
+  assert speed_targets.crossover(rows, **keys) == 2048
   # Memory: 300/200 at 512 and 500/400 at 1024 (blockwise smallest), 900/4000 at 2048.
-  assert speed.memory_ratio(rows, **keys) == (pytest.approx(1.5), 512)
-  assert speed.memory_ratio(rows, exact=("exact",), **keys) == (pytest.approx(0.75), 512)
-  table = {r["id"]: r for r in speed.ratios(rows, {"status": "error"})}
+  assert speed_targets.memory_ratio(rows, **keys) == (pytest.approx(1.5), 512)
+  assert speed_targets.memory_ratio(rows, exact=("exact",), **keys) == (pytest.approx(0.75), 512)
+  table = {r["id"]: r for r in speed_targets.ratios(rows, {"status": "error"})}
   assert table["5B"]["value"] == 2048 and table["5B"]["met"]
   assert "against naive exact alone: 1024" in table["5B"]["detail"]
   assert table["5mB"]["value"] == pytest.approx(1.5) and table["5mB"]["met"] is False
@@ -267,9 +267,9 @@ def test_a_deadline_skips_what_it_did_not_start_and_skipped_is_not_slower():
   rows = [_row("performer_softmax", "causal", "fwdbwd", 1024, 30, layer=False),
           _row("exact", "causal", "fwdbwd", 512, 10, layer=False),
           _row("exact", "causal", "fwdbwd", 1024, 0, layer=False, status="skipped")]
-  assert speed.crossover(rows, **keys) is None
+  assert speed_targets.crossover(rows, **keys) is None
   rows[-1]["status"] = "timeout"
-  assert speed.crossover(rows, **keys) == 1024
+  assert speed_targets.crossover(rows, **keys) == 1024
 
 
 def test_performer_pytorch_ratios_pair_equal_shapes():
@@ -278,10 +278,10 @@ def test_performer_pytorch_ratios_pair_equal_shapes():
   rows += [_row(speed_pytorch.NAME, d, "fwdbwd", 8192, ms, layer=True)
            for d, ms in (("bidirectional", 290.0), ("causal", 6000.0))]
   rows.append(_row(speed_pytorch.NAME, "causal", "fwd", 8192, 1.0, layer=True))  # no partner
-  pairs = speed.peer_ratios(rows)
+  pairs = speed_targets.peer_ratios(rows)
   assert [(p["direction"], p["ratio"]) for p in pairs] == [
       ("bidirectional", pytest.approx(2.9)), ("causal", pytest.approx(50.0))]
-  table = {r["id"]: r for r in speed.ratios(rows, {"status": "error"})}
+  table = {r["id"]: r for r in speed_targets.ratios(rows, {"status": "error"})}
   assert table["5pB"]["met"] is False and table["5pU"]["met"] is True
 
 
@@ -306,7 +306,7 @@ def test_performer_pytorch_against_ours_end_to_end_on_a_tiny_shape():
   result = speed.run(cfg, progress=False, log=lambda s: None)
   theirs = [r for r in result.rows if r["attention"] == speed_pytorch.NAME]
   assert len(theirs) == 4 and all(r["status"] == "ok" and r["peak_bytes"] > 0 for r in theirs)
-  assert len(speed.peer_ratios(result.rows)) == 4
+  assert len(speed_targets.peer_ratios(result.rows)) == 4
   assert any("performer-pytorch / ours" in line for line in speed.report(cfg, result))
 
 
@@ -321,7 +321,7 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
   for causal in (False, True):
     spec = {"config": "small", "direction": "causal" if causal else "bidirectional",
             "mode": "fwd", "L": 12}
-    run, inputs = speed_pytorch.build(spec, num_features=8192)
+    run, inputs = speed_pytorch.build(spec, speed_worker.CONFIGS["small"], num_features=8192)
     for x in inputs[:2]:  # q, k at a scale where m = 8192 features estimate well (Lemma 2)
       x.mul_(0.3)
     theirs = run().numpy().transpose(0, 2, 1, 3)  # [1, L, H, d] as ours
@@ -359,10 +359,13 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
     # Selections that measure nothing, or flags that would be ignored:
     (("--layer-only", "--attention", "favor_scan", "--direction", "bidirectional"),
      "this selection measures nothing: favor_scan runs causal only"),
+    # which attentions take a form option is the registry's fact (linear takes a chunk_size too)
     (("--attention", "exact,identity", "--chunk-sizes", "64"),
-     "--chunk-sizes, --spans and --batch-tokens apply to the performer_* attentions; none is "
-     "selected"),
-    (("--attention", "exact", "--batch-tokens", "256"), "--batch-tokens apply to the performer"),
+     "--chunk-sizes applies to the attentions with a chunk_size option (linear, performer_favorpp, "
+     "performer_favorsharp, performer_relu, performer_softmax, reformer); none is selected"),
+    (("--attention", "linear", "--batch-tokens", "256"), "--batch-tokens applies to the "
+     "attentions with a batch_tokens option (performer_favorpp, performer_favorsharp, "
+     "performer_relu, performer_softmax); none is selected"),
     (("--attention", "performer_softmax", "--batch-tokens", "-1"),
      "batch tokens must be >= 0, got -1"),
     (("--attention", "performer_softmax", "--direction", "bidirectional", "--spans", "64"),
@@ -412,10 +415,25 @@ def test_sizes_are_printed_with_a_unit_that_fits():
 def test_the_recall_config_times_the_recall_studys_step():
   """Batch 64, two attention-only layers, FAVOR+ with m = 64 (gin/recall/base.gin's model)."""
   fn, (params, rest, tokens) = speed_worker._build(
-      speed.spec("recall", "performer_softmax", "causal", "fwdbwd", 64, layer=False))
+      speed_worker.spec("recall", "performer_softmax", "causal", "fwdbwd", 64, layer=False))
   assert tokens.shape == (64, 65)
   shapes = {tuple(x.shape) for x in jax.tree.leaves(rest)}
   assert (64, 64) in shapes  # W: [m, d] with m = 64, d = 64
   loss, grads = fn(params, rest, tokens)
   assert jnp.isfinite(loss) and len(jax.tree.leaves(grads)) == len(jax.tree.leaves(params))
   assert not any("mlp" in str(path) for path, _ in jax.tree_util.tree_leaves_with_path(params))
+
+
+def test_form_options_come_from_the_registry():
+  # linear takes a chunk_size and a span (favor's causal form) but has no batch groups or m
+  got = speed_worker.spec("small", "linear", "causal", "fwd", 16, layer=True, chunk_size=8, span=8,
+                   batch_tokens=64)
+  assert (got["chunk_size"], got["span"], got["batch_tokens"]) == (8, 8, None)
+  assert speed_worker._options(got) == {"chunk_size": 8, "span": 8}  # pylint: disable=protected-access
+  favor_plus = speed_worker.spec("small", "performer_softmax", "bidirectional", "fwd", 16, layer=True,
+                          chunk_size=8, span=8, batch_tokens=64)
+  assert (favor_plus["chunk_size"], favor_plus["span"], favor_plus["batch_tokens"]) == (8, None, 64)
+  assert speed_worker._options(favor_plus) == {  # pylint: disable=protected-access
+      "num_features": speed_worker.CONFIGS["small"].num_features, "chunk_size": 8,
+      "batch_tokens": 64}
+  assert speed_worker.form_options("exact") == speed_worker.form_options(speed.SCAN) == ()

@@ -1,5 +1,6 @@
 """mse-vs-m figure: renders from a small JSON fixture; bad inputs are user errors."""
 
+import importlib
 import json
 import os
 
@@ -129,6 +130,18 @@ def test_cli_default_output_goes_beside_the_input(tmp_path, monkeypatch):
   assert figures.INPUTS["mse-vs-m"] == defaults.out == "runs/approx_error.json"
   assert cli._parser().parse_args(["speed"]).out == figures.INPUTS["speed"] == "runs/speed.json"
   assert figures.default_out("speed", "runs/speed.json") == "runs/speed_speed.png"
+  from performer.data import trembl  # pylint: disable=import-outside-toplevel
+  assert figures.INPUTS["table1"] == trembl.SAMPLE_OUT  # the one input no experiment writes
+
+
+def test_every_figure_module_is_found_by_its_declarations():
+  # figures/__init__.py derives its tables from each module's NAME, SUMMARY, READS, OUT, TABLE
+  for name, module in figures.FIGURES.items():
+    loaded = importlib.import_module(module)
+    assert loaded.NAME == name and callable(loaded.render)
+    assert (name in figures.RUNS) == (getattr(loaded, "READS", None) == "runs")
+    assert (name in figures.RUNS) != (name in figures.INPUTS), name  # runs or one input
+  assert len(figures.FIGURES) == 15
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")

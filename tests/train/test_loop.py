@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from performer import cli, configurables, memory
-from performer.data import masking, pg19, pipeline, samples
+from performer.data import gutenberg, masking, pg19, pipeline, samples
 from performer.errors import UserError
 from performer.figures import runs
 from performer.train import evaluate, loop, metrics, steps
@@ -214,7 +214,7 @@ def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
 @pytest.fixture(scope="module")
 def book(tmp_path_factory):
   root = tmp_path_factory.mktemp("pg19")
-  source = pg19.sample_folder(samples.fetch("book"), str(root / "source"))
+  source = gutenberg.sample_folder(samples.fetch("book"), str(root / "source"))
   pg19.prepare(pg19.PG19Config(source=source, vocab_size=500), str(root / "out"), progress=False)
   return str(root / "out")
 

@@ -1,0 +1,78 @@
+"""What the recall figure reads of each run beyond its evals: the row probe, the early stop,
+the last valid gain, the task's no-binding ceilings, and the notes they make."""
+
+import json
+import os
+
+from performer.data import mqar
+
+CLIMB = 1000  # steps over which a run's last valid gain is read: is it still climbing?
+MECHANISM = ("accuracy_favor", "accuracy_exact_rows", "l1", "favor_answer", "exact_answer",
+             "favor_max", "exact_max")  # recall_rows.json's numbers, layer 0's for the rows
+
+
+def mechanism(run):
+  """{MECHANISM key: value} of a run's recall_rows.json (its first attention layer), or None."""
+  try:
+    with open(os.path.join(run.path, "recall_rows.json")) as f:
+      record = json.load(f)
+    return {k: record[k] if k.startswith("accuracy") else record["rows"][0][k] for k in MECHANISM}
+  except (OSError, ValueError, KeyError, IndexError, TypeError):
+    return None
+
+
+def stopped_early(run):
+  return os.path.isfile(os.path.join(run.path, "stopped_early.json"))
+
+
+def planned(run):
+  """The step a run was evaluated at, or its cap (TrainConfig.steps) when it stopped early:
+  runs with the same cap are compared whenever they stopped."""
+  return run.config["train"]["steps"] if stopped_early(run) else run.step
+
+
+def last_gain(run):
+  """Valid accuracy (pp) at the run's last eval minus at CLIMB steps before it; None when the
+  run stopped early (it reached its target) or is shorter."""
+  if stopped_early(run):
+    return None
+  valid = [(r["step"], r["accuracy"]) for r in run.metrics if r["split"] == "valid"]
+  if not valid:
+    return None
+  last, acc = valid[-1]
+  before = [a for step, a in valid if step <= last - CLIMB]
+  return 100 * (acc - before[-1]) if before else None
+
+
+def ceilings(run, splits):
+  """{split: mqar.ceilings} of the test splits among `splits` of the MQAR task `run` trained
+  on (its dataset.json, which archives keep); {} for a run without one."""
+  try:
+    with open(os.path.join(run.path, "dataset.json")) as f:
+      task = mqar.from_fingerprint(json.load(f)["fingerprint"])
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return {}
+  if task is None:
+    return {}
+  return {s: mqar.ceilings(task, s) for s in splits
+          if s in task.splits and s.startswith("test")}
+
+
+def ceiling_note(task, split, rules):
+  pct = lambda k: f"{100 * rules[k]:.2f}%"
+  return (f"{task} {split}: no-binding ceiling {pct('ceiling')} (the r-th query answered "
+          f"with the r-th context value {pct('rank_order')}; rules fitted on a query's rank "
+          f"among the queries {pct('rank')}, its slot {pct('slot')}, both {pct('rank_slot')}; "
+          f"a uniform guess among the context's values {pct('uniform')}; data/mqar.py "
+          "ceilings).")
+
+
+def gate_note(task, gate):
+  if gate is None:
+    return f"{task}: no gate (needs exact and identity runs)."
+  if gate["interval"] is None:
+    return f"{task}: gate undecided (needs >= 2 seeds of exact and identity)."
+  low, high = (100 * x for x in gate["interval"])
+  return (f"{task}: exact beats identity by {100 * gate['difference']:.2f} pp (95% {low:.2f} .. "
+          f"{high:.2f}, MDE {100 * gate['mde']:.2f}): "
+          f"gate {'passed' if gate['passed'] else 'failed'}.")
