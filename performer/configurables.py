@@ -15,7 +15,7 @@ import gin
 from performer.data import pipeline
 from performer.data.pipeline import DataConfig
 from performer.errors import UserError
-from performer.flags import file, flag
+from performer.flags import binding, file, flag
 from performer.models.config import ModelConfig
 from performer.train.config import Config, OptimConfig, TrainConfig
 from performer.train.sharding import MeshConfig
@@ -129,7 +129,7 @@ class GinFlags:
                               action="append", parse=file)
   gin_param: tuple[str, ...] = flag((), "extra gin binding NAME=VALUE, e.g. "
                                         "TrainConfig.steps=500 (repeatable)", action="append",
-                                    name="--gin_param")
+                                    name="--gin_param", parse=binding)
 
 
 def parse(files, bindings):

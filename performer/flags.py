@@ -82,6 +82,13 @@ def file(text):
   return text
 
 
+def binding(text):
+  """A gin binding NAME=VALUE: an empty one is refused (it would be read as no binding at all)."""
+  if not text.strip():
+    raise argparse.ArgumentTypeError("expected a gin binding NAME=VALUE, got an empty one")
+  return text
+
+
 def add(parser, cls):
   """Adds an argument to `parser` for every flag field of dataclass `cls`."""
   for field in dataclasses.fields(cls):

@@ -110,6 +110,8 @@ def check(workdir, dest, *, checkpoint=False, replace=False):
       inside it or holds it (whatever `replace` says: writing it would
       delete the run); `dest` exists and `replace` is False, or is no folder.
   """
+  if not os.path.isdir(workdir):
+    raise UserError(f"{workdir}: no such folder")
   if not os.path.isfile(os.path.join(workdir, "config.json")):
     raise UserError(f"{workdir}: no config.json; is it a `performer train` workdir?")
   if checkpoint:

@@ -9,7 +9,7 @@ import time
 from performer import plans
 from performer.atomic import writable_folder
 from performer.errors import UserError
-from performer.flags import flag, folder
+from performer.flags import binding, flag, folder
 from performer.plans import archive, local, scheduler, slurm, state
 
 LAUNCHERS = ("local", "slurm", "print")
@@ -59,7 +59,7 @@ class Flags:
   steps: int | None = flag(None, "TrainConfig.steps of every run")
   gin_param: tuple[str, ...] = flag((), "a gin binding added to every run, e.g. "
                                         "DataConfig.batch_size=1 (repeatable)", action="append",
-                                    name="--gin_param")
+                                    name="--gin_param", parse=binding)
   sbatch: tuple[str, ...] = flag(
       (), "slurm: sbatch options of one job kind (train, eval, archive, probe, figure, data) instead of "
       "the defaults, e.g. --sbatch 'train=--gres=gpu:4 --time=48:00:00'", action="append",

@@ -136,6 +136,8 @@ class Config:
     path = os.path.join(workdir, "config.json")
     if os.path.exists(workdir) and not os.path.isdir(workdir):
       raise UserError(f"{workdir} is a file, not a `performer train` workdir")
+    if not os.path.exists(workdir):
+      raise UserError(f"{workdir}: no such folder")
     try:
       with open(path) as f:
         return cls.from_json(json.load(f))
