@@ -28,6 +28,15 @@ COMMANDS = ("performer.data.trembl", "performer.data.pfam", "performer.data.pg19
             "performer.plans.command", "performer.figures", "performer.plans.archive")
 
 
+class _Parser(argparse.ArgumentParser):
+  """argparse whose errors are one line, as every other error of the command (no usage block:
+  `--help` has it)."""
+
+  def error(self, message):
+    hint = " (`performer --help` lists the commands)" if self.prog == "performer" else ""
+    self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
+
 class _Formatter(argparse.HelpFormatter):
   """Wraps text as usual, but keeps the lines of a text that has several (the figure list)."""
 
@@ -66,7 +75,7 @@ def _parser(only=None):
   if not only:
     from performer import figures  # pylint: disable=import-outside-toplevel
     epilog = "figures and tables (performer figure NAME):\n" + figures.listing()
-  parser = argparse.ArgumentParser(
+  parser = _Parser(
       prog="performer", formatter_class=_Formatter,
       description="Reproduce 'Rethinking Attention with Performers' (Choromanski et al., "
                   "ICLR 2021): data preparation, training, FAVOR+ measurements and figures.",
