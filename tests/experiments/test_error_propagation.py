@@ -206,7 +206,7 @@ def test_refuses_runs_without_checkpoints_or_config(run_dir, tmp_path):
 def test_bad_flags_are_one_line_errors(flags, message, run_dir, capsys):
   try:
     status = cli.main(["error-propagation", "--run", run_dir, *flags])
-  except SystemExit as e:  # argparse's own errors follow its usage lines
+  except SystemExit as e:  # argparse's own errors exit from the parser
     status = e.code
   assert status == 2
   err = capsys.readouterr().err.strip().splitlines()
