@@ -10,8 +10,8 @@ import re
 import pytest
 
 from performer import figures, plans
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "results")
 DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 
@@ -222,3 +222,18 @@ def test_the_baselines_and_appendix_counts_quoted_are_those_of_the_files():
   counts = {n: len(glob.glob(os.path.join(RESULTS, "runs", f"fig{n}_*"))) for n in (5, 7, 15, 16)}
   assert (f"({sum(counts.values())} training runs archived: Fig. 5 {counts[5]}, Fig. 7 "
           f"{counts[7]}, Fig. 15 {counts[15]}, Fig. 16 {counts[16]};") in readme
+
+
+def test_no_measurement_stands_in_both_the_docs_and_results_readme():
+  # Issue 42: every number lives in results/README.md; README.md and docs/ link to it. A number
+  # with a unit found in both is a copy that goes stale, but for these coincidences:
+  same_by_chance = {"2.80 s": "docs/data.md's zlib time; results' a model step",
+                    "4 MiB": "favor.FORMS' batch_bytes, a setting",
+                    "55 ms": "docs/training.md's simulated devices; results' a layer"}
+  unit = re.compile(r"\b\d[\d,]*\.?\d* ?(?:ms|GiB|MiB|MB|GB|GFLOP/s|TFLOP/s)\b"
+                    r"|\b\d[\d,]*\.\d+ ?(?:s|x|%)(?!\w)|\b\d{1,3}(?:,\d{3})+ ?s\b")
+  measured = set(unit.findall(open(os.path.join(RESULTS, "README.md")).read()))
+  copies = [(os.path.relpath(path, ROOT), number) for path in DOCS
+            for number in unit.findall(open(path).read())
+            if number in measured and number not in same_by_chance]
+  assert not copies
