@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from performer import cli
+from testlib import ROOT  # gin's search path
 
 SUBCOMMANDS = ("prepare-trembl", "prepare-pg19", "train", "eval", "approx-error", "speed", "figure")
 
@@ -100,10 +101,9 @@ def test_a_gin_file_including_a_missing_file_is_a_one_line_error(tmp_path):
   (tmp_path / "a.gin").write_text("include 'gin/missing.gin'\n")
   result = _run("train", "--gin", str(tmp_path / "a.gin"), "--workdir", str(tmp_path / "w"))
   assert result.returncode == 2 and "Traceback" not in result.stderr
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gin's search path
   assert result.stderr.strip().splitlines() == [
       "performer train: error: gin: Unable to open file: gin/missing.gin. Searched config paths: "
-      f"['', '{root}']. (In file \"{tmp_path / 'a.gin'}\", line 1)"]
+      f"['', '{ROOT}']. (In file \"{tmp_path / 'a.gin'}\", line 1)"]
 
 
 def test_a_gin_file_that_is_not_utf8_is_named_in_one_line(tmp_path, capsys):
@@ -117,6 +117,27 @@ def test_a_gin_file_that_is_not_utf8_is_named_in_one_line(tmp_path, capsys):
   assert cli.main(["train", "--gin", str(including), "--workdir", workdir]) == 2
   assert capsys.readouterr().err == (f"performer train: error: gin: {bad}: not UTF-8 text "
                                      f"(byte 0) (In file \"{including}\", line 1)\n")
+
+
+def test_ctrl_c_leaves_the_process_without_interpreter_teardown(monkeypatch, capsys):
+  """Ctrl-C ends the console command with os._exit(130) after its message (tearing the
+  interpreter down under XLA's threads segfaulted, 2 of 8 tries); a caller's main([...]) gets
+  130 back instead."""
+  from performer.experiments import approx_error  # pylint: disable=import-outside-toplevel
+
+  def interrupted(args):
+    raise KeyboardInterrupt
+
+  def exit_(code):
+    raise SystemExit(f"os._exit({code})")
+
+  monkeypatch.setattr(approx_error, "main", interrupted)
+  monkeypatch.setattr(os, "_exit", exit_)
+  assert cli.main(["approx-error"]) == 130
+  monkeypatch.setattr(sys, "argv", ["performer", "approx-error"])
+  with pytest.raises(SystemExit, match=r"^os\._exit\(130\)$"):
+    cli.main()
+  assert capsys.readouterr().err == "performer approx-error: interrupted\n" * 2
 
 
 def test_help_and_version_import_no_command(tmp_path):

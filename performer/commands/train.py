@@ -32,7 +32,6 @@ def main(args):
       run, a failed connection to the other processes, or any error the
       loop names before its first step.
   """
-  import jax  # pylint: disable=import-outside-toplevel
   from performer.train import loop  # pylint: disable=import-outside-toplevel
   configurables.parse(args.gin, args.gin_param)  # UserError names a bad file or binding
   configurables.check_names_a_model()
@@ -40,12 +39,6 @@ def main(args):
   distributed.initialize(args.coordinator, args.num_processes, args.process_id,
                          args.init_timeout)
   cfg = configurables.resolve()
-  distributed.say(f"process {jax.process_index() + 1} of {jax.process_count()}, "
-                  f"{jax.device_count()} device(s); workdir {args.workdir}")
-  m = cfg.model
-  distributed.say(f"model: ({'U' if m.causal else 'B'}) {m.attention}, {m.num_layers} layers, "
-                  f"d_model {m.d_model}, {m.num_heads} heads, L {cfg.data.seq_len}, {m.dtype}; "
-                  f"data {cfg.data.path} ({cfg.data.task})")
   valid = loop.run(cfg, args.workdir, records={"config.gin": configurables.operative_config()})
   if valid:
     distributed.say("valid: " + ", ".join(f"{k} {v:.4g}" for k, v in valid.items()))
