@@ -7,8 +7,8 @@ import re
 import pytest
 
 from performer import configurables
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAPER = sorted(glob.glob("gin/*.gin", root_dir=ROOT) + glob.glob("gin/extras/*.gin", root_dir=ROOT))
 TWINS = sorted(glob.glob("gin/mini/*.gin", root_dir=ROOT) + glob.glob("gin/mini/extras/*.gin", root_dir=ROOT))
 BASES = ("gin/trembl_base.gin", "gin/pg19_base.gin")

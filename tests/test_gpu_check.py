@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from testlib import ROOT
+
 
 
 @pytest.mark.slow  # about 3 minutes on 2 cores (a fresh process per configuration)

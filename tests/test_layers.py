@@ -109,3 +109,17 @@ def test_no_module_is_longer_than_400_lines():
   long = [f"{path.relative_to(PACKAGE)}: {n} lines" for path in sorted(PACKAGE.rglob("*.py"))
           if (n := len(path.read_text().splitlines())) > 400]
   assert not long
+
+
+def test_no_function_body_is_longer_than_60_lines():
+  """One screen per function (docs/ARCHITECTURE.md): its code from the first statement after the
+  docstring to its end, so that the docstring's shapes and errors cost nothing."""
+  long = []
+  for path in sorted(PACKAGE.rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+      if body and (n := node.end_lineno - body[0].lineno + 1) > 60:
+        long.append(f"{path.relative_to(PACKAGE)}: {node.name} {n} lines")
+  assert not long

@@ -6,7 +6,9 @@ import re
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import testlib
+from testlib import ROOT
+
 README = os.path.join(ROOT, "README.md")
 TRAINING = os.path.join(ROOT, "docs", "training.md")
 
@@ -25,11 +27,8 @@ def test_favor_example_runs_and_its_error_is_small():
 def test_using_a_trained_model_example_runs_on_a_trained_workdir(data, tmp_path, capsys):
   from performer import configurables  # pylint: disable=import-outside-toplevel
   from performer.train import loop  # pylint: disable=import-outside-toplevel
-  root = os.path.dirname(README)
-  configurables.parse([os.path.join(root, "gin/mini/trembl_u_performer_relu.gin")], [
-      f"DataConfig.path = '{data}'", "DataConfig.seq_len = 32", "DataConfig.batch_size = 4",
-      "ModelConfig.num_layers = 1", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
-      "ModelConfig.num_heads = 2", "TrainConfig.steps = 3", "TrainConfig.eval_batches = 1"])
+  configurables.parse(testlib.gin("gin/mini/trembl_u_performer_relu.gin"), [
+      f"DataConfig.path = '{data}'", "TrainConfig.steps = 3", "TrainConfig.eval_batches = 1"])
   workdir = tmp_path / "run"
   loop.run(configurables.resolve(), str(workdir), progress=False)
   with open(TRAINING) as f:

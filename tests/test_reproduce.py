@@ -14,8 +14,8 @@ import pytest
 from performer import plans, verdicts
 from performer.figures import claims as claims_lib
 from performer.plans import budgets, fig6, recall
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = [f"{d}_{a}" + (f"_seed{s}" if s else "") for s in fig6.REPLICATES
                for d, names in fig6.MODELS.items() for a in names]
 CLAIMS = [claim.id for claim in claims_lib.CLAIMS if claim.family == "table2"]

@@ -287,18 +287,8 @@ def _build(cfg, files, tmp, workers, progress):
   try:
     for parsed, size in _parsed_blocks(files, cfg, salt, workers or os.cpu_count() or 1, inputs):
       rules.update(parsed.counts)
-      u = parsed.digests / 2.0 ** 64
-      split_of = np.where(u < cfg.valid_fraction, 1,  # numbers of SPLITS; -1: dropped
-                          np.where(u < cfg.valid_fraction + cfg.test_fraction, 2, 0))
-      if ood_accessions is not None:
-        split_of[[name in ood_accessions for name in parsed.accessions()]] = 3
-      if cfg.dedup:
-        for i, digest in enumerate(parsed.digests.tolist()):
-          if digest in seen:
-            split_of[i] = -1
-          else:
-            seen.add(digest)
-        duplicates += int(np.sum(split_of < 0))
+      split_of = _split_of(parsed, cfg, ood_accessions, seen)
+      duplicates += int(np.sum(split_of < 0))
       residues += _distribute(parsed, split_of, splits, single, concat, lengths, cfg.seq_len)
       bar.update(size)
   finally:
@@ -333,6 +323,24 @@ def _build(cfg, files, tmp, workers, progress):
   outdir.write(tmp, result, manifest, _stats_markdown(result))
   return result, (f"prepared {result['records_kept']:,} sequences ({residues:,} residues) in "
                   f"{seconds:.1f} s: {residues / max(seconds, 1e-9):,.0f} residues/s")
+
+
+def _split_of(parsed, cfg, ood_accessions, seen):
+  """The split of each record of a parsed block: numbers of SPLITS from the record's hash (ood:
+  its family is held out), -1 for a duplicate of a sequence in `seen` (with --dedup; `seen`
+  gains the block's new digests)."""
+  u = parsed.digests / 2.0 ** 64
+  split_of = np.where(u < cfg.valid_fraction, 1,
+                      np.where(u < cfg.valid_fraction + cfg.test_fraction, 2, 0))
+  if ood_accessions is not None:
+    split_of[[name in ood_accessions for name in parsed.accessions()]] = 3
+  if cfg.dedup:
+    for i, digest in enumerate(parsed.digests.tolist()):
+      if digest in seen:
+        split_of[i] = -1
+      else:
+        seen.add(digest)
+  return split_of
 
 
 def _stats_markdown(result):

@@ -223,41 +223,11 @@ def run(cfg, *, progress=True):
   chosen = sample_indices(len(source), cfg.sequences, cfg.seed)
   seq_len, causal = run_cfg.model.max_len, run_cfg.model.causal
   heads = run_cfg.model.num_layers * run_cfg.model.num_heads
-  to_type, totals, residues = {}, {}, 0
-  batches = range(0, len(chosen), cfg.batch_size)
-  for start in tqdm.tqdm(batches, desc="aa-similarity", unit="batch", disable=not progress):
-    ids = chosen[start:start + cfg.batch_size]
-    records = [source[int(i)] for i in ids] + [np.zeros(0, np.int32)] * (cfg.batch_size - len(ids))
-    tokens, mask = model_inputs(records, seq_len, causal)  # fixed shape: one compilation
-    residues += int(np.sum(tokens >= _FIRST_RESIDUE))
-    try:
-      sums = jax.device_get(_batch_sums_jit(model, jnp.asarray(tokens), jnp.asarray(mask),
-                                            min_attention=cfg.min_attention))
-    except ValueError as e:
-      raise UserError(f"{cfg.run}: {e}") from None
-    for kind, (onto, total) in sums.items():
-      to_type[kind] = to_type.get(kind, 0.0) + np.asarray(onto, np.float64)
-      totals[kind] = totals.get(kind, 0.0) + np.asarray(total, np.float64)
-
+  to_type, totals, residues = _attention_sums(cfg, model, source, chosen, seq_len, causal,
+                                              progress)
   blosum = load_blosum62()
-  rows = []
-  for kind in (k for k in ("favor", "exact") if k in to_type):
-    if not np.all(np.isfinite(to_type[kind])):  # FAVOR past MAX_NORM under jit gives NaN
-      raise UserError(f"{cfg.run}: non-finite {kind} attention (a scaled query or key past "
-                      f"favor.MAX_NORM = {favor.MAX_NORM:g}?)")
-    kept = totals[kind] >= max(cfg.min_total, np.finfo(np.float64).tiny)
-    proportions = to_type[kind][kept] / totals[kind][kept][:, None]  # [kept heads, 20]
-    sim = similarity(proportions)
-    r_off, n_off, r_all, n_all = blosum_correlation(sim, blosum)
-    rows.append({
-        "maps": kind, "r_offdiagonal": _finite_or_none(r_off), "pairs_offdiagonal": n_off,
-        "r_all": _finite_or_none(r_all), "pairs_all": n_all,
-        "heads_kept": int(kept.sum()), "heads": heads,
-        "kept_heads": [int(h) for h in np.flatnonzero(kept)],
-        "head_totals": totals[kind].tolist(),
-        "proportions": proportions.round(6).tolist(),
-        "similarity": [[_finite_or_none(x) for x in row] for row in sim],
-    })
+  rows = [_row(cfg, kind, to_type[kind], totals[kind], blosum, heads)
+          for kind in ("favor", "exact") if kind in to_type]
   extra = {
       "amino_acids": STANDARD,
       "blosum62": blosum.tolist(),
@@ -276,6 +246,48 @@ def run(cfg, *, progress=True):
                  "BLOSUM62 over the 190 pairs a < b (r_all: 210 pairs a <= b)"),
   }
   return Result(rows, extra)
+
+
+def _attention_sums(cfg, model, source, chosen, seq_len, causal, progress):
+  """({kind: [heads, 20] attention onto each residue type}, {kind: [heads] totals}, residues) over
+  the chosen sequences, float64 sums of float32 batches (UserError: FAVOR refused an input)."""
+  to_type, totals, residues = {}, {}, 0
+  batches = range(0, len(chosen), cfg.batch_size)
+  for start in tqdm.tqdm(batches, desc="aa-similarity", unit="batch", disable=not progress):
+    ids = chosen[start:start + cfg.batch_size]
+    records = [source[int(i)] for i in ids] + [np.zeros(0, np.int32)] * (cfg.batch_size - len(ids))
+    tokens, mask = model_inputs(records, seq_len, causal)  # fixed shape: one compilation
+    residues += int(np.sum(tokens >= _FIRST_RESIDUE))
+    try:
+      sums = jax.device_get(_batch_sums_jit(model, jnp.asarray(tokens), jnp.asarray(mask),
+                                            min_attention=cfg.min_attention))
+    except ValueError as e:
+      raise UserError(f"{cfg.run}: {e}") from None
+    for kind, (onto, total) in sums.items():
+      to_type[kind] = to_type.get(kind, 0.0) + np.asarray(onto, np.float64)
+      totals[kind] = totals.get(kind, 0.0) + np.asarray(total, np.float64)
+  return to_type, totals, residues
+
+
+def _row(cfg, kind, to_type, totals, blosum, heads):
+  """The result row of one matrix kind: its heads' similarity and its correlation with BLOSUM62
+  (UserError: non-finite attention)."""
+  if not np.all(np.isfinite(to_type)):  # FAVOR past MAX_NORM under jit gives NaN
+    raise UserError(f"{cfg.run}: non-finite {kind} attention (a scaled query or key past "
+                    f"favor.MAX_NORM = {favor.MAX_NORM:g}?)")
+  kept = totals >= max(cfg.min_total, np.finfo(np.float64).tiny)
+  proportions = to_type[kept] / totals[kept][:, None]  # [kept heads, 20]
+  sim = similarity(proportions)
+  r_off, n_off, r_all, n_all = blosum_correlation(sim, blosum)
+  return {
+      "maps": kind, "r_offdiagonal": _finite_or_none(r_off), "pairs_offdiagonal": n_off,
+      "r_all": _finite_or_none(r_all), "pairs_all": n_all,
+      "heads_kept": int(kept.sum()), "heads": heads,
+      "kept_heads": [int(h) for h in np.flatnonzero(kept)],
+      "head_totals": totals.tolist(),
+      "proportions": proportions.round(6).tolist(),
+      "similarity": [[_finite_or_none(x) for x in row] for row in sim],
+  }
 
 
 def _finite_or_none(x):

@@ -180,16 +180,7 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
   if max(layers) >= model_cfg.num_layers:
     raise UserError(f"--layers {_joined(layers)}: the run has {model_cfg.num_layers} layers "
                     f"(0-{model_cfg.num_layers - 1})")
-  if cfg.accession == FIRST_THAT_FITS:
-    header, residues = first_that_fits(cfg.fasta, model_cfg.max_len - int(model_cfg.causal))
-  else:
-    header, residues = find_sequence(cfg.fasta, cfg.accession)
-  needed = len(residues) + int(model_cfg.causal)
-  if needed > model_cfg.max_len:
-    start = "[EOS] + " if model_cfg.causal else ""
-    raise UserError(f"{cfg.accession} has {len(residues)} residues; {start}the sequence is "
-                    f"{needed} tokens, past the run's max_len {model_cfg.max_len} "
-                    "(DataConfig.seq_len)")
+  header, residues = _protein(cfg, model_cfg)
   tokens = protein_matrices.model_input(residues, model_cfg.max_len,
                                         model_cfg.causal)[None]  # [1, L]
   mask = jnp.asarray(tokens != vocab.PAD)
@@ -203,26 +194,7 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
   favor_maps = (None if maps["favor"] is None
                 else np.stack([np.asarray(a[0]) for a in maps["favor"]]))
 
-  rows = []
-  for n, l in enumerate(layers):
-    check = None
-    if own is not None:  # the model's own matrix times v reproduces its attention output
-      recon = jnp.einsum("bhij,bjhd->bihd", own[n], maps["v"][n].astype(jnp.float32))
-      check = float(jnp.max(jnp.abs(recon - maps["out"][n].astype(jnp.float32))))
-    stats = {"exact": head_summary(exact[n])}
-    if favor_maps is not None:
-      stats["favor"] = head_summary(favor_maps[n])
-      tv_mean, tv_max = total_variation(favor_maps[n], exact[n])
-    for h in range(model_cfg.num_heads):
-      row = {"layer": l, "head": h, "name": f"{l}-{h}", "own_matrix_check": check}
-      for kind in ("favor", "exact"):
-        for key in ("mean_distance", "diagonal_share", "top_column", "top_column_share"):
-          value = stats[kind][key][h] if kind in stats else None
-          row[f"{kind}_{key}"] = None if value is None else (
-              int(value) if key == "top_column" else float(value))
-      row["tv_mean"] = float(tv_mean[h]) if favor_maps is not None else None
-      row["tv_max"] = float(tv_max[h]) if favor_maps is not None else None
-      rows.append(row)
+  rows = _rows(layers, maps, own, exact, favor_maps, model_cfg.num_heads)
 
   labels = [_label(t) for t in tokens[0]]
   extra = {
@@ -246,6 +218,46 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
   if favor_maps is not None:
     arrays["favor"] = favor_maps
   return Result(rows, extra, arrays=arrays)
+
+
+def _protein(cfg, model_cfg):
+  """(header, residues) of the protein to map (UserError: not found, or past max_len)."""
+  if cfg.accession == FIRST_THAT_FITS:
+    header, residues = first_that_fits(cfg.fasta, model_cfg.max_len - int(model_cfg.causal))
+  else:
+    header, residues = find_sequence(cfg.fasta, cfg.accession)
+  needed = len(residues) + int(model_cfg.causal)
+  if needed > model_cfg.max_len:
+    start = "[EOS] + " if model_cfg.causal else ""
+    raise UserError(f"{cfg.accession} has {len(residues)} residues; {start}the sequence is "
+                    f"{needed} tokens, past the run's max_len {model_cfg.max_len} "
+                    "(DataConfig.seq_len)")
+  return header, residues
+
+
+def _rows(layers, maps, own, exact, favor_maps, num_heads):
+  """One row per layer and head: the maps' summaries, their distance, the own-matrix check."""
+  rows = []
+  for n, l in enumerate(layers):
+    check = None
+    if own is not None:  # the model's own matrix times v reproduces its attention output
+      recon = jnp.einsum("bhij,bjhd->bihd", own[n], maps["v"][n].astype(jnp.float32))
+      check = float(jnp.max(jnp.abs(recon - maps["out"][n].astype(jnp.float32))))
+    stats = {"exact": head_summary(exact[n])}
+    if favor_maps is not None:
+      stats["favor"] = head_summary(favor_maps[n])
+      tv_mean, tv_max = total_variation(favor_maps[n], exact[n])
+    for h in range(num_heads):
+      row = {"layer": l, "head": h, "name": f"{l}-{h}", "own_matrix_check": check}
+      for kind in ("favor", "exact"):
+        for key in ("mean_distance", "diagonal_share", "top_column", "top_column_share"):
+          value = stats[kind][key][h] if kind in stats else None
+          row[f"{kind}_{key}"] = None if value is None else (
+              int(value) if key == "top_column" else float(value))
+      row["tv_mean"] = float(tv_mean[h]) if favor_maps is not None else None
+      row["tv_max"] = float(tv_max[h]) if favor_maps is not None else None
+      rows.append(row)
+  return rows
 
 
 def _label(token):

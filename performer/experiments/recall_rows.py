@@ -119,16 +119,7 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
     correct["favor"] += int(np.sum(np.argmax(own, -1) == targets))
     correct["exact"] += int(np.sum(np.argmax(exact_logits, -1) == targets))
     queries += targets.size
-    answer = 2 * jnp.arange(positions.shape[1]) + 1  # query j's key is context pair j
-    layer_sums = []
-    for ours, exact in rows:  # [B, H, K, L]
-      weight = lambda a: jnp.take_along_axis(a, jnp.broadcast_to(answer[None, None, :, None],
-                                                                 a.shape[:3] + (1,)), axis=3)
-      layer_sums.append({"l1": jnp.sum(jnp.abs(ours - exact)),
-                         "favor_max": jnp.sum(jnp.max(ours, -1)),
-                         "exact_max": jnp.sum(jnp.max(exact, -1)),
-                         "favor_answer": jnp.sum(weight(ours)), "exact_answer": jnp.sum(weight(exact)),
-                         "argmax_agree": jnp.sum(jnp.argmax(ours, -1) == jnp.argmax(exact, -1))})
+    layer_sums = [_row_sums(ours, exact, positions.shape[1]) for ours, exact in rows]
     layer_sums = jax.device_get(layer_sums)
     per_layer = layer_sums if per_layer is None else [
         {k: a[k] + b[k] for k in a} for a, b in zip(per_layer, layer_sums)]
@@ -150,6 +141,18 @@ def run(cfg, *, progress=True):  # pylint: disable=unused-argument
                     "its own q and k in place of FAVOR's; own_logits_check: max |logits "
                     "through FAVOR's matrix - the model's own logits|")}
   return Result(out_rows, extra)
+
+
+def _row_sums(ours, exact, queries):
+  """One layer's sums over a batch of FAVOR's rows `ours` against the `exact` ones ([B, H, K, L]
+  for K queries): L1 distance, largest weights, weights on the answer, argmax agreement."""
+  answer = 2 * jnp.arange(queries) + 1  # query j's key is context pair j
+  weight = lambda a: jnp.take_along_axis(a, jnp.broadcast_to(answer[None, None, :, None],
+                                                             a.shape[:3] + (1,)), axis=3)
+  return {"l1": jnp.sum(jnp.abs(ours - exact)), "favor_max": jnp.sum(jnp.max(ours, -1)),
+          "exact_max": jnp.sum(jnp.max(exact, -1)),
+          "favor_answer": jnp.sum(weight(ours)), "exact_answer": jnp.sum(weight(exact)),
+          "argmax_agree": jnp.sum(jnp.argmax(ours, -1) == jnp.argmax(exact, -1))}
 
 
 def report(cfg, result):

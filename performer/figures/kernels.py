@@ -152,31 +152,7 @@ def render(run_dirs, out_path):
   check_figure_path(out_path)
   fig, (ax, zoom) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained",
                                  gridspec_kw={"width_ratios": (3, 2)})
-  drawn, handles, seen, finals = 0, [], [], []
-  for run in order:
-    colour = COLOURS.get(kernel_of(run), "C7")
-    label, ends = labels[run.path], []
-    width, alpha = (1.8, 1.0) if kernel_of(run) not in seen else (1.0, 0.55)
-    seen.append(kernel_of(run))
-    for split, style in STYLES.items():
-      steps, values = loggable(*curve(run, split, "accuracy"))
-      if not steps:
-        continue
-      valid = split == "valid"
-      ax.plot(steps, values, color=colour, linestyle=style, linewidth=width if valid else 0.9,
-              alpha=alpha if valid else 0.6 * alpha, marker="o" if valid else None,
-              markersize=2 * width, label=f"{label} {split}")
-      drawn += 1
-      ends.append((steps[-1], valid, values[-1]))
-      if valid:
-        zoom.plot(steps, values, color=colour, linewidth=width, alpha=alpha, marker="o",
-                  markersize=2 * width)
-        finals.append(values[-1])
-    # The 'x' continues the curve that got furthest (validation on a tie).
-    nan = mark_divergence(ax, run, colour, max(ends)[2] if ends else None, log_x=True)
-    drawn += nan is not None
-    handles.append(Line2D([], [], color=colour, linewidth=width, alpha=alpha,
-                          marker="x" if nan else None, label=label + (f": {nan}" if nan else "")))
+  drawn, handles, finals = _kernel_curves(ax, zoom, order, labels)
   for kernel in dict.fromkeys(map(kernel_of, order)):
     group = [r for r in order if kernel_of(r) == kernel]
     steps, values = seed_curves(group, "valid", "accuracy")
@@ -216,3 +192,34 @@ def render(run_dirs, out_path):
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path
+
+
+def _kernel_curves(ax, zoom, order, labels):
+  """Each run's train and valid accuracy (the first run of a kernel bold, its seeds lighter), its
+  valid curve on the zoom too; returns (curves drawn, legend handles, final valid accuracies)."""
+  drawn, handles, seen, finals = 0, [], [], []
+  for run in order:
+    colour = COLOURS.get(kernel_of(run), "C7")
+    label, ends = labels[run.path], []
+    width, alpha = (1.8, 1.0) if kernel_of(run) not in seen else (1.0, 0.55)
+    seen.append(kernel_of(run))
+    for split, style in STYLES.items():
+      steps, values = loggable(*curve(run, split, "accuracy"))
+      if not steps:
+        continue
+      valid = split == "valid"
+      ax.plot(steps, values, color=colour, linestyle=style, linewidth=width if valid else 0.9,
+              alpha=alpha if valid else 0.6 * alpha, marker="o" if valid else None,
+              markersize=2 * width, label=f"{label} {split}")
+      drawn += 1
+      ends.append((steps[-1], valid, values[-1]))
+      if valid:
+        zoom.plot(steps, values, color=colour, linewidth=width, alpha=alpha, marker="o",
+                  markersize=2 * width)
+        finals.append(values[-1])
+    # The 'x' continues the curve that got furthest (validation on a tie).
+    nan = mark_divergence(ax, run, colour, max(ends)[2] if ends else None, log_x=True)
+    drawn += nan is not None
+    handles.append(Line2D([], [], color=colour, linewidth=width, alpha=alpha,
+                          marker="x" if nan else None, label=label + (f": {nan}" if nan else "")))
+  return drawn, handles, finals

@@ -114,66 +114,16 @@ def render(input_path, out_path):
   fig = plt.figure(figsize=(18, 6), layout="constrained")
   axes = fig.subplot_mosaic([["map", "mse", "r"], ["map", "low", "r"]], width_ratios=(1.25, 1, 1),
                             height_ratios=(2.2, 1))
-  ax_map, ax_mse, ax_low, ax_r = (axes[k] for k in ("map", "mse", "low", "r"))
-  _heatmap(fig, ax_map, grid, slice_length)
-
+  _heatmap(fig, axes["map"], grid, slice_length)
   # At phi = 0 the trig estimator is exact (MSE 0): no point on a log axis, and
   # its Monte Carlo value is float32 rounding, not an error of the estimator.
   drawn = [r for r in rows if r["mse_trig"] > 0 and r["mse_positive"] > 0]
   positive = {k: np.where(curve[k] > 0, curve[k], np.nan)  # log axes: 0 is not drawn
               for k in ("mse_trig", "mse_positive", "r")}
-  for kernel in ("trig", "positive"):
-    ax_mse.plot(curve["phi"], positive[f"mse_{kernel}"], color=COLOURS[kernel],
-                label=f"{kernel}, Lemma 2")
-    _mc_points(ax_mse, drawn, kernel, f"{kernel}, Monte Carlo", COLOURS[kernel])
-  ax_mse.set_yscale("log")
-  if drawn:
-    ax_mse.set_ylim(bottom=0.3 * min(min(r["mse_trig"], r["mse_positive"]) for r in drawn))
-  ax_mse.set_ylabel(f"MSE, m = {config.get('features', '?')} features")
-  ax_mse.set_title(f"slice l = {slice_length:g}: MSE of the estimate of exp(x.y); Monte Carlo: "
-                   f"{config.get('samples') or '?'} draws of iid W (d = {config.get('dim', '?')}), "
-                   "+-1 s.e.", fontsize=9)
-  ax_mse.legend(fontsize=7, loc="lower center", ncols=2)
-
-  from_angle = low.get("from_angle")
-  from_angle = from_angle if isinstance(from_angle, (int, float)) else 0.75 * math.pi
-  near = curve["phi"] >= from_angle
-  pts = [r for r in rows if r["phi"] >= from_angle]
-  for kernel in ("trig", "positive"):
-    ax_low.plot(curve["phi"][near], curve[f"mse_{kernel}"][near], color=COLOURS[kernel])
-    ax_low.errorbar([r["phi"] for r in pts], [r[f"mc_{kernel}"] for r in pts],
-                    yerr=[r[f"mc_{kernel}_se"] for r in pts], linestyle="none", marker="o",
-                    markersize=3, capsize=2, color=COLOURS[kernel])
-  ax_low.set_ylim(bottom=0)
-  ax_low.set_xlim(from_angle, math.pi)
-  ax_low.set_ylabel("MSE (linear)")
-  ax_low.set_xlabel("angle φ (radians)")
-  ax_low.set_title(f"low kernel values, φ >= {from_angle:.3g}: SM(x, y) <= "
-                   f"{math.exp(slice_length ** 2 * math.cos(from_angle)):.3g}", fontsize=9)
-  ax_low.grid(True, alpha=0.3)
-
-  ax_r.plot(curve["phi"], positive["r"], color="k", label="r, Lemma 2")
-  ratio = [(r["phi"], r["mc_trig"] / r["mc_positive"]) for r in drawn
-           if r["mc_positive"] > 0 and r["mc_trig"] > 0]
-  if ratio:
-    ax_r.plot(*zip(*ratio), linestyle="none", marker="o", markersize=4, markerfacecolor="none",
-              color="C2", label="Monte Carlo ratio")
-  ax_r.axhline(1.0, color="grey", linewidth=0.8)
-  star = low.get("crossing_angle")
-  if isinstance(star, (int, float)):
-    sm = low.get("kernel_at_crossing")
-    text = f"r = 1 at φ* = {star:.3f}"
-    if isinstance(sm, (int, float)):
-      text += f" (SM = {sm:.3g})"
-    ax_r.axvline(star, color="grey", linestyle=":", label=text)
-  ax_r.set_yscale("log")
-  if drawn:
-    ax_r.set_ylim(bottom=0.3 * min(r["r"] for r in drawn))
-  ax_r.set_ylabel("r = MSE trig / MSE positive (independent of m)")
-  ax_r.set_title(f"r along the slice l = {slice_length:g}: above 1, positive features win",
-                 fontsize=10)
-  ax_r.legend(fontsize=7, loc="upper left")
-  for ax in (ax_mse, ax_r):
+  _mse_panel(axes["mse"], curve, positive, drawn, config, slice_length)
+  _low_panel(axes["low"], curve, rows, low, slice_length)
+  _ratio_panel(axes["r"], curve, positive, drawn, low, slice_length)
+  for ax in (axes["mse"], axes["r"]):
     _angle_axis(ax, 0.0, math.pi)
     ax.set_xlim(0.0, math.pi)
     ax.grid(True, which="both", alpha=0.3)
@@ -182,3 +132,64 @@ def render(input_path, out_path):
   save_figure(fig, out_path)
   plt.close(fig)
   return out_path
+
+
+def _mse_panel(ax, curve, positive, drawn, config, slice_length):
+  """Both estimators' MSE along the slice, Lemma 2's curves and the Monte Carlo points (log)."""
+  for kernel in ("trig", "positive"):
+    ax.plot(curve["phi"], positive[f"mse_{kernel}"], color=COLOURS[kernel],
+            label=f"{kernel}, Lemma 2")
+    _mc_points(ax, drawn, kernel, f"{kernel}, Monte Carlo", COLOURS[kernel])
+  ax.set_yscale("log")
+  if drawn:
+    ax.set_ylim(bottom=0.3 * min(min(r["mse_trig"], r["mse_positive"]) for r in drawn))
+  ax.set_ylabel(f"MSE, m = {config.get('features', '?')} features")
+  ax.set_title(f"slice l = {slice_length:g}: MSE of the estimate of exp(x.y); Monte Carlo: "
+               f"{config.get('samples') or '?'} draws of iid W (d = {config.get('dim', '?')}), "
+               "+-1 s.e.", fontsize=9)
+  ax.legend(fontsize=7, loc="lower center", ncols=2)
+
+
+def _low_panel(ax, curve, rows, low, slice_length):
+  """The MSEs on a linear axis where the kernel is small (angles from low's from_angle)."""
+  from_angle = low.get("from_angle")
+  from_angle = from_angle if isinstance(from_angle, (int, float)) else 0.75 * math.pi
+  near = curve["phi"] >= from_angle
+  pts = [r for r in rows if r["phi"] >= from_angle]
+  for kernel in ("trig", "positive"):
+    ax.plot(curve["phi"][near], curve[f"mse_{kernel}"][near], color=COLOURS[kernel])
+    ax.errorbar([r["phi"] for r in pts], [r[f"mc_{kernel}"] for r in pts],
+                yerr=[r[f"mc_{kernel}_se"] for r in pts], linestyle="none", marker="o",
+                markersize=3, capsize=2, color=COLOURS[kernel])
+  ax.set_ylim(bottom=0)
+  ax.set_xlim(from_angle, math.pi)
+  ax.set_ylabel("MSE (linear)")
+  ax.set_xlabel("angle φ (radians)")
+  ax.set_title(f"low kernel values, φ >= {from_angle:.3g}: SM(x, y) <= "
+               f"{math.exp(slice_length ** 2 * math.cos(from_angle)):.3g}", fontsize=9)
+  ax.grid(True, alpha=0.3)
+
+
+def _ratio_panel(ax, curve, positive, drawn, low, slice_length):
+  """r = MSE trig / MSE positive along the slice, with the angle where it crosses 1."""
+  ax.plot(curve["phi"], positive["r"], color="k", label="r, Lemma 2")
+  ratio = [(r["phi"], r["mc_trig"] / r["mc_positive"]) for r in drawn
+           if r["mc_positive"] > 0 and r["mc_trig"] > 0]
+  if ratio:
+    ax.plot(*zip(*ratio), linestyle="none", marker="o", markersize=4, markerfacecolor="none",
+            color="C2", label="Monte Carlo ratio")
+  ax.axhline(1.0, color="grey", linewidth=0.8)
+  star = low.get("crossing_angle")
+  if isinstance(star, (int, float)):
+    sm = low.get("kernel_at_crossing")
+    text = f"r = 1 at φ* = {star:.3f}"
+    if isinstance(sm, (int, float)):
+      text += f" (SM = {sm:.3g})"
+    ax.axvline(star, color="grey", linestyle=":", label=text)
+  ax.set_yscale("log")
+  if drawn:
+    ax.set_ylim(bottom=0.3 * min(r["r"] for r in drawn))
+  ax.set_ylabel("r = MSE trig / MSE positive (independent of m)")
+  ax.set_title(f"r along the slice l = {slice_length:g}: above 1, positive features win",
+               fontsize=10)
+  ax.legend(fontsize=7, loc="upper left")

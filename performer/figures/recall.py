@@ -218,34 +218,15 @@ def render(run_dirs, out_path):
   check_figure_path(out_path)
   tasks = _by_task(runs_lib.load_runs(run_dirs))
   stem = os.path.splitext(out_path)[0]
-  row_cells, claim_cells, record = [], [], {"tasks": {}}
+  row_cells, claim_cells, mechanism_cells, ceiling_notes = [], [], [], []
+  record = {"tasks": {}}
   extra = sorted({s for rows in tasks.values() for g in rows.values() for r in g for s in r.evals
                   if s.startswith("test_")}, key=_split_key)
-  columns = (*ROW_COLUMNS, *(Column(f"{s} % (mean)", "{:.2f}") for s in extra))
   fig, axes = plt.subplots(len(tasks), 2, figsize=(13, 4.6 * len(tasks)), squeeze=False)
-  ceiling_notes, mechanism_cells = [], []
   for (task, rows), (left, right) in zip(tasks.items(), axes):
     means = {}
     for row, group in rows.items():
-      acc = 100 * _accuracy(group)
-      finite = acc[np.isfinite(acc)]
-      mean = float(finite.mean()) if finite.size else None
-      means[row] = (mean, finite)
-      median = float(np.median(finite)) if finite.size else 0.0
-      unlucky = [run.seed for run, a in zip(group, acc) if not a >= UNLUCKY * median]
-      row_cells.append([task, label(row), state_size(group[0]), mean,
-                        float(finite.min()) if finite.size else None,
-                        float(finite.max()) if finite.size else None, len(group),
-                        ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr"),
-                        _median([run.step for run in group]),
-                        _mean([recall_runs.last_gain(run) for run in group]),
-                        *(_mean([100 * run.value(s, "accuracy") if run.value(s, "accuracy")
-                                 is not None else None for run in group]) for s in extra)])
-      probed = [m for m in map(recall_runs.mechanism, group) if m is not None]
-      if probed:
-        mechanism_cells.append([task, label(row), len(probed), *(
-            (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
-            for k in recall_runs.MECHANISM)])
+      means[row] = _row(task, row, group, extra, row_cells, mechanism_cells)
     ceiling = recall_runs.ceilings(next(iter(rows.values()))[0], ("test", *extra))
     ceiling_notes += [recall_runs.ceiling_note(task, s, c) for s, c in ceiling.items()]
     _draw(left, right, task, rows, means, ceiling.get("test"))
@@ -266,6 +247,40 @@ def render(run_dirs, out_path):
   save_figure(fig, out_path)
   plt.close(fig)
   notes = [recall_runs.gate_note(t, r["gate"]) for t, r in record["tasks"].items()]
+  columns = (*ROW_COLUMNS, *(Column(f"{s} % (mean)", "{:.2f}") for s in extra))
+  written = _tables(stem, columns, row_cells, claim_cells, mechanism_cells,
+                    [*ceiling_notes, *notes], notes)
+  with atomic_path(stem + ".json") as tmp, open(tmp, "w") as f:
+    json.dump(record, f, indent=1)
+  return (out_path, *written, stem + ".json")
+
+
+def _row(task, row, group, extra, row_cells, mechanism_cells):
+  """Appends one row's cells (and its mechanism cells, if probed); returns (mean %, the finite
+  accuracies %) of its seeds on test."""
+  acc = 100 * _accuracy(group)
+  finite = acc[np.isfinite(acc)]
+  mean = float(finite.mean()) if finite.size else None
+  median = float(np.median(finite)) if finite.size else 0.0
+  unlucky = [run.seed for run, a in zip(group, acc) if not a >= UNLUCKY * median]
+  row_cells.append([task, label(row), state_size(group[0]), mean,
+                    float(finite.min()) if finite.size else None,
+                    float(finite.max()) if finite.size else None, len(group),
+                    ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr"),
+                    _median([run.step for run in group]),
+                    _mean([recall_runs.last_gain(run) for run in group]),
+                    *(_mean([100 * run.value(s, "accuracy") if run.value(s, "accuracy")
+                             is not None else None for run in group]) for s in extra)])
+  probed = [m for m in map(recall_runs.mechanism, group) if m is not None]
+  if probed:
+    mechanism_cells.append([task, label(row), len(probed), *(
+        (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
+        for k in recall_runs.MECHANISM)])
+  return mean, finite
+
+
+def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, gate_notes):
+  """Writes the rows, claims and (if any) mechanism tables; returns their paths."""
   rows_md = write_table(stem + ".md", "Associative recall (MQAR): test accuracy per row",
                         columns, row_cells, [
                             "Accuracy over the query positions of the fixed test set, in %; "
@@ -277,11 +292,11 @@ def render(run_dirs, out_path):
                             "(a row still climbing at the cap has a positive gain). Other test "
                             "splits (data/mqar.py): test_shuffled holds test's examples with the "
                             "keys reassigned to the query slots at random; test_kv<n> has n "
-                            "pairs.", *ceiling_notes, *notes])
+                            "pairs.", *row_notes])
   claims_md = write_table(stem + "_claims.md", "Paper claims on associative recall, decided by "
                           "the verdict rule", CLAIM_COLUMNS, claim_cells, [
-                              *notes, "Differences: mean test accuracy of the first row minus "
-                              "the second; seeds paired (a t interval over per-seed "
+                              *gate_notes, "Differences: mean test accuracy of the first row "
+                              "minus the second; seeds paired (a t interval over per-seed "
                               "differences) plus a paired bootstrap over test examples. The "
                               "rule: performer/verdicts.py; the claims: "
                               "performer/figures/recall.py."])
@@ -293,9 +308,7 @@ def render(run_dirs, out_path):
           "matrix each query used against exact softmax of the same q and k (L1 distance, "
           "weight on the queried key's value token, largest weight; the attention layer), "
           "and the model's test accuracy through FAVOR's rows and through the exact rows."])
-  with atomic_path(stem + ".json") as tmp, open(tmp, "w") as f:
-    json.dump(record, f, indent=1)
-  return (out_path, *rows_md, *claims_md, *mechanism_md, stem + ".json")
+  return (*rows_md, *claims_md, *mechanism_md)
 
 
 def _split_key(split):

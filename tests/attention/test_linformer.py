@@ -1,7 +1,5 @@
 """Linformer (App. A.6): redrawn random projections, the learned option, exact-softmax check, training."""
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +13,7 @@ from performer.train import loop
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.config import Config
+import testlib
 
 B, L, H, D, K = 2, 23, 2, 8, 13
 
@@ -145,13 +144,11 @@ def test_training_redraws_each_step_and_checkpoints_the_draw(tmp_path):
   data = tmp_path / "trembl"
   trembl.prepare(trembl.TremblConfig(inputs=(samples.fetch("protein"),), valid_fraction=0.05,
                                      test_fraction=0.05), str(data), workers=1, progress=False)
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   configurables.parse(
-      [os.path.join(root, "gin/mini/trembl_b_linformer.gin")],
-      [f"DataConfig.path = '{data}'", "DataConfig.seq_len = 32", "DataConfig.batch_size = 4",
-       "ModelConfig.num_layers = 2", "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16",
-       "ModelConfig.d_ff = 32", "ModelConfig.attention_options = {'num_projections': 8}",
-       "TrainConfig.steps = 2", "TrainConfig.eval_batches = 1"])
+      testlib.gin("gin/mini/trembl_b_linformer.gin"),
+      [f"DataConfig.path = '{data}'", "ModelConfig.num_layers = 2",
+       "ModelConfig.attention_options = {'num_projections': 8}", "TrainConfig.steps = 2",
+       "TrainConfig.eval_batches = 1"])
   loop.run(configurables.resolve(), str(tmp_path / "run"), progress=False)
   model, optimizer = state_lib.build(Config.load(str(tmp_path / "run")))
   with Checkpoints(str(tmp_path / "run" / "checkpoints")) as ckpt:

@@ -8,8 +8,8 @@ import pytest
 
 from performer import cli
 from performer.data import gutenberg, outdir, pg19, samples, trembl
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -16,10 +16,9 @@ from performer.experiments import aa_similarity, attention_maps, protein_matrice
 from performer.train import loop
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
+import testlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 2",
-        "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32"]
+TINY = ["ModelConfig.num_layers = 2"]  # over tests/tiny.gin
 FEATURES = "ModelConfig.attention_options = {'num_features': 8}"  # Performers only
 SAVED_DRAW = 2500  # the W a run's checkpoint holds: not the draw of a freshly built model
 B, L, H, D, M = 2, 7, 3, 5, 11
@@ -33,7 +32,7 @@ def _workdir(folder, data, config):
   that the experiment uses the checkpoint's W.
   """
   extra = [FEATURES] if "performer" in config else []
-  configurables.parse([os.path.join(ROOT, config)], [f"DataConfig.path = '{data}'", *TINY, *extra])
+  configurables.parse(testlib.gin(config), [f"DataConfig.path = '{data}'", *TINY, *extra])
   cfg = configurables.resolve()
   model, optimizer = state_lib.build(cfg)
   for block in model.blocks:
@@ -387,7 +386,7 @@ def test_command_lines(runs, fasta_file, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_maps_of_a_really_trained_performer(data, fasta_file, tmp_path):
-  configurables.parse([os.path.join(ROOT, "gin/mini/trembl_b_performer_softmax.gin")],
+  configurables.parse(testlib.gin("gin/mini/trembl_b_performer_softmax.gin"),
                       [f"DataConfig.path = '{data}'", *TINY, FEATURES, "TrainConfig.steps = 3",
                        "TrainConfig.eval_every = 3", "TrainConfig.checkpoint_every = 3",
                        "TrainConfig.eval_batches = 1"])

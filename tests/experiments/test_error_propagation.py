@@ -18,11 +18,10 @@ from performer.experiments import error_propagation, results
 from performer.train import trained
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
+import testlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Sequence 4 of the sample's test split has 45 residues: padding at L = 64.
-TINY = ["DataConfig.seq_len = 64", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 2",
-        "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32"]
+TINY = ["DataConfig.seq_len = 64", "ModelConfig.num_layers = 2"]  # over tests/tiny.gin
 # --seed 1: the init setting's parameters differ from the run's (TrainConfig.seed 0).
 SMALL = dict(split="test", sequences=6, batch_size=4, draws=3, init_layers=3, seed=1)
 
@@ -30,7 +29,7 @@ SMALL = dict(split="test", sequences=6, batch_size=4, draws=3, init_layers=3, se
 def _workdir(folder, data, config):
   """A `performer train` workdir of `config` on `data`, saved at initialisation: config.json and
   checkpoint 1 as the loop writes them (training would only add a minute of compiling)."""
-  configurables.parse([os.path.join(ROOT, config)], [f"DataConfig.path = '{data}'", *TINY])
+  configurables.parse(testlib.gin(config), [f"DataConfig.path = '{data}'", *TINY])
   cfg = configurables.resolve()
   model, optimizer = state_lib.build(cfg)
   folder.mkdir()

@@ -13,8 +13,8 @@ from performer.errors import UserError
 from performer.experiments import recall_rows
 from performer.train import trained
 from performer.train import evaluate, loop
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _train(tmp_path, name, attention, options):

@@ -16,8 +16,8 @@ from performer import cli, plans
 from performer.plans import budgets, local, state
 from performer.plans.context import Context
 from performer.plans.job import Job
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A stand-in job: logs when it starts and ends, sleeps (or, given "until:PATH", waits for that
 # file for up to 60 s), writes its output; on SIGTERM it logs the signal, "saves" and exits 130

@@ -11,9 +11,9 @@ from performer.plans import fig5 as fig5_plan
 from performer.plans import fig6 as fig6_plan
 from performer.plans import job as job_lib
 from performer.plans import recall as recall_plan
+from testlib import ROOT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def test_product_varies_the_last_axis_fastest():

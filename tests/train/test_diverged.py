@@ -9,11 +9,11 @@ import pytest
 from performer import cli
 from performer.errors import UserError
 from performer.figures import runs
+import testlib
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 1",
-        "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
-        "ModelConfig.attention_options = {'num_features': 8}", "TrainConfig.log_every = 1",
+# Over tests/tiny.gin: a Performer's features and a cadence of one or two steps.
+TINY = ["ModelConfig.attention_options = {'num_features': 8}", "TrainConfig.log_every = 1",
         "TrainConfig.eval_every = 2", "TrainConfig.checkpoint_every = 2",
         "TrainConfig.eval_batches = 1"]
 
@@ -21,7 +21,7 @@ TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num
 
 def _train(data, workdir, *bindings):
   argv = ["train", "--gin", os.path.join(ROOT, "gin/mini/trembl_u_performer_relu.gin"),
-          "--workdir", str(workdir)]
+          "--gin", testlib.TINY, "--workdir", str(workdir)]
   for binding in [f"DataConfig.path = '{data}'", *TINY, *bindings]:
     argv += ["--gin_param", binding]
   return cli.main(argv)

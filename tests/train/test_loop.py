@@ -20,18 +20,19 @@ from performer.train import evaluate, loop, metrics, steps
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.config import Config
+import testlib
+from testlib import ROOT
 
-TINY = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 4", "ModelConfig.num_layers = 1",
-        "ModelConfig.num_heads = 2", "ModelConfig.d_model = 16", "ModelConfig.d_ff = 32",
-        "ModelConfig.attention_options = {'num_features': 8}", "TrainConfig.log_every = 2",
+# Over tests/tiny.gin (testlib.gin): a Performer's features and a cadence that logs, evaluates
+# and saves within a few steps.
+TINY = ["ModelConfig.attention_options = {'num_features': 8}", "TrainConfig.log_every = 2",
         "TrainConfig.eval_every = 3", "TrainConfig.checkpoint_every = 3",
         "TrainConfig.eval_batches = 2"]
 
 
 
 def _train(data, workdir, *extra, config="gin/mini/trembl_u_performer_relu.gin"):
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  configurables.parse([os.path.join(root, config)],
+  configurables.parse(testlib.gin(config),
                       [f"DataConfig.path = '{data}'", *TINY, *extra])
   return loop.run(configurables.resolve(), str(workdir), progress=False,
                   records={"config.gin": configurables.operative_config()})  # as the CLI does
@@ -83,8 +84,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
 @pytest.mark.parametrize("causal", [True, False])
 def test_eval_metrics_match_a_hand_computation(data, tmp_path, causal):
   config = "gin/mini/trembl_u_performer_relu.gin" if causal else "gin/mini/trembl_b_performer_relu.gin"
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  configurables.parse([os.path.join(root, config)], [f"DataConfig.path = '{data}'", *TINY])
+  configurables.parse(testlib.gin(config), [f"DataConfig.path = '{data}'", *TINY])
   cfg = configurables.resolve()
   model, _ = state_lib.build(cfg)
   batch = next(pipeline.batches(cfg.data, "valid", causal=causal).eval_batches())
@@ -118,7 +118,7 @@ def test_unknown_gin_parameters_are_errors(tmp_path):
                            "gin/mini/trembl_u_performer_relu.gin", "--gin_param",
                            "ModelConfig.num_layerz = 3", "--workdir", str(tmp_path)],
                           capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                          cwd=ROOT)
   assert result.returncode == 2 and "num_layerz" in result.stderr
   assert "Traceback" not in result.stderr
 
@@ -186,14 +186,14 @@ def test_a_performer_starts_from_a_trained_transformer(data, tmp_path):
 def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   params = [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 60",
             "TrainConfig.checkpoint_every = 5", "TrainConfig.eval_every = 60"]
   cmd = [sys.executable, "-m", "performer.cli", "train", "--gin",
-         "gin/mini/trembl_u_performer_relu.gin", "--workdir", str(tmp_path / "killed")]
+         "gin/mini/trembl_u_performer_relu.gin", "--gin", testlib.TINY,
+         "--workdir", str(tmp_path / "killed")]
   for p in params:
     cmd += ["--gin_param", p]
-  proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   checkpoints = tmp_path / "killed" / "checkpoints"
   deadline = time.time() + 120
   while time.time() < deadline and not (checkpoints.exists() and any(
@@ -202,7 +202,7 @@ def test_kill_9_then_resume_equals_the_uninterrupted_run(data, tmp_path):
   proc.send_signal(signal.SIGKILL)  # mid-run, possibly mid-save
   proc.wait()
   assert proc.returncode == -signal.SIGKILL
-  assert subprocess.run(cmd, cwd=root, capture_output=True).returncode == 0  # resumes
+  assert subprocess.run(cmd, cwd=ROOT, capture_output=True).returncode == 0  # resumes
   _train(data, tmp_path / "straight", *params[1:])
   last = lambda w: [r for r in _rows(w) if r["split"] == "valid"][-1]
   assert last(tmp_path / "killed") == last(tmp_path / "straight")
@@ -287,18 +287,22 @@ def test_resuming_another_shape_names_the_array_and_a_damaged_checkpoint_names_i
 
   def train(*extra):  # the CLI's whole stderr: one line, and no asyncio tracebacks after it
     cmd = [sys.executable, "-m", "performer.cli", "train", "--gin",
-           "gin/mini/trembl_u_performer_relu.gin", "--workdir", str(tmp_path)]
+           "gin/mini/trembl_u_performer_relu.gin", "--gin", testlib.TINY,
+           "--workdir", str(tmp_path)]
     for p in [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 6", *extra]:
       cmd += ["--gin_param", p]
     result = subprocess.run(cmd, capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                            cwd=ROOT)
     assert result.returncode == 2, result.stderr
+    said.append(result.stdout)
     return result.stderr.strip().splitlines()
 
+  said = []
   assert train("ModelConfig.d_ff = 48") == [
       f"performer train: error: --workdir {tmp_path} holds another run: model.d_ff is 32 there "
       f"and 48 here; resume it with its own config ({tmp_path}/config.json) or use another "
       "--workdir"]
+  assert said == [""]  # refused before it says what it would train (the trial's D4)
   os.remove(tmp_path / "config.json")  # an older run's workdir: the checkpoint's shapes tell
   assert train("ModelConfig.d_ff = 48") == [
       f"performer train: error: checkpoint 3 in {tmp_path}/checkpoints does not fit this "
@@ -328,9 +332,8 @@ def test_a_run_records_absolute_paths_and_its_workdir_works_from_anywhere(data, 
 
 
 def test_relative_data_and_init_from_paths_are_bound_absolute(tmp_path, monkeypatch):
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   monkeypatch.chdir(tmp_path)
-  configurables.parse([os.path.join(root, "gin/mini/trembl_u_exact.gin")],
+  configurables.parse([os.path.join(ROOT, "gin/mini/trembl_u_exact.gin")],
                       ["DataConfig.path = 'data/x'", "TrainConfig.init_from = 'runs/src'"])
   configurables.resolve_paths()
   assert configurables.build("DataConfig").path == str(tmp_path / "data" / "x")
@@ -361,8 +364,7 @@ def test_a_resume_drops_rows_of_the_killed_run_and_a_finished_workdir_says_so(da
 
 
 def test_progress_bar_in_a_log_file_draws_at_most_every_30_s(data, tmp_path, capfd):
-  configurables.parse([os.path.join(os.path.dirname(__file__), "..", "..",
-                                    "gin/mini/trembl_u_performer_relu.gin")],
+  configurables.parse(testlib.gin("gin/mini/trembl_u_performer_relu.gin"),
                       [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 12",
                        "TrainConfig.log_every = 4"])
   loop.run(configurables.resolve(), str(tmp_path), progress=True)
@@ -388,8 +390,7 @@ def test_eval_draws_a_progress_bar_over_its_batches_and_bounds_mask_draws(data, 
 
 
 def test_mlm_proportions_come_from_the_data_config(data):
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  configurables.parse([os.path.join(root, "gin/mini/trembl_b_performer_relu.gin")],
+  configurables.parse(testlib.gin("gin/mini/trembl_b_performer_relu.gin"),
                       [f"DataConfig.path = '{data}'", *TINY, "DataConfig.mlm_rate = 0.5",
                        "DataConfig.mlm_mask = 0.25", "DataConfig.mlm_random = 0.0"])
   cfg = configurables.resolve()
@@ -408,19 +409,19 @@ def test_mlm_proportions_come_from_the_data_config(data):
 def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(data, tmp_path, signame):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   cmd = [sys.executable, "-m", "performer.cli", "train", "--gin",
-         "gin/mini/trembl_u_performer_relu.gin", "--workdir", str(tmp_path)]
+         "gin/mini/trembl_u_performer_relu.gin", "--gin", testlib.TINY,
+         "--workdir", str(tmp_path)]
   for p in [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 100000",
             "TrainConfig.checkpoint_every = 100000", "TrainConfig.eval_every = 100000"]:
     cmd += ["--gin_param", p]
-  proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.time() + 120
     while time.time() < deadline and not ((tmp_path / "metrics.jsonl").exists()
                                           and (tmp_path / "metrics.jsonl").read_text()):
       time.sleep(0.05)
-    second = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert second.returncode == 2
     assert f"--workdir {tmp_path} is in use by pid {proc.pid} " in second.stderr.splitlines()[-1]
     proc.send_signal(getattr(signal, signame))
@@ -431,7 +432,7 @@ def test_ctrl_c_saves_a_checkpoint_and_a_second_run_on_the_workdir_is_refused(da
   saved = int(re.search(r"saved checkpoint (\d+); the same command resumes from step \1", err)[1])
   assert os.listdir(tmp_path / "checkpoints") == [str(saved)]
   assert max(r["step"] for r in _rows(tmp_path)) in (saved, saved - 1)  # logged every 2 steps
-  done = subprocess.run(cmd + ["--gin_param", f"TrainConfig.steps = {saved}"], cwd=root,
+  done = subprocess.run(cmd + ["--gin_param", f"TrainConfig.steps = {saved}"], cwd=ROOT,
                         capture_output=True, text=True)
   assert f"is complete: its latest checkpoint is step {saved} " in done.stdout, done.stderr
 
@@ -478,11 +479,10 @@ def test_favorpp_running_moments_are_trained_state_checkpointed_and_resumed(data
 
 
 def test_a_replicate_seed_varies_init_data_order_and_random_features(data):
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   apart = "ModelConfig.attention_options = {'num_features': 8, 'seed': 5}"
   resolved = []
   for seed, extra in ((0, []), (1, []), (1, [apart]), (0, [apart])):
-    configurables.parse([os.path.join(root, "gin/mini/trembl_u_performer_softmax.gin")],
+    configurables.parse(testlib.gin("gin/mini/trembl_u_performer_softmax.gin"),
                         [f"DataConfig.path = '{data}'", *TINY, f"TrainConfig.seed = {seed}", *extra])
     cfg = configurables.resolve()
     model, _ = state_lib.build(cfg)
@@ -515,8 +515,7 @@ def test_eval_of_a_diverged_model_writes_a_file_marked_so(data, tmp_path, monkey
 
 
 def test_b_eval_sums_several_mask_draws_and_the_baseline_uses_the_same(data, tmp_path):
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  configurables.parse([os.path.join(root, "gin/mini/trembl_b_performer_relu.gin")],
+  configurables.parse(testlib.gin("gin/mini/trembl_b_performer_relu.gin"),
                       [f"DataConfig.path = '{data}'", *TINY, "TrainConfig.steps = 3"])
   loop.run(configurables.resolve(), str(tmp_path), progress=False)
   one = evaluate.run(str(tmp_path), "test", mask_draws=1)
@@ -547,9 +546,8 @@ def test_a_recall_run_with_deterministic_taylor_features_checkpoints_resumes_and
            "'feature_dim': 4}", "TrainConfig.log_every = 2", "TrainConfig.eval_every = 3",
            "TrainConfig.checkpoint_every = 3",
            "OptimConfig.schedule = 'constant'"]  # a cosine over 3 steps, then 6, would differ
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   def train(workdir, steps):
-    configurables.parse([os.path.join(root, "gin/recall/base.gin")],
+    configurables.parse([os.path.join(ROOT, "gin/recall/base.gin")],
                         [*small, f"TrainConfig.steps = {steps}"])
     return loop.run(configurables.resolve(), str(workdir), progress=False)
   train(tmp_path / "a", 6)
@@ -576,9 +574,8 @@ def test_a_run_stops_where_validation_accuracy_reaches_stop_accuracy_and_stays_c
   from performer.train import early_stop  # pylint: disable=import-outside-toplevel
   task = mqar.MQARConfig(vocab_size=16, seq_len=16, num_kv=2, eval_examples=200, train_pool=50)
   mqar.prepare(task, str(tmp_path / "mqar"))
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   def train(workdir, *extra):
-    configurables.parse([os.path.join(root, "gin/recall/base.gin")], [
+    configurables.parse([os.path.join(ROOT, "gin/recall/base.gin")], [
         f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
         "DataConfig.batch_size = 4", "ModelConfig.d_model = 16", "ModelConfig.conv_kernel = 3",
         "TrainConfig.steps = 9", "TrainConfig.log_every = 3", "TrainConfig.eval_every = 3",
@@ -605,8 +602,7 @@ def test_a_run_trained_before_new_options_existed_resumes_and_keeps_its_dataset(
   old = mqar.MQARConfig(vocab_size=64, seq_len=16, num_kv=2, eval_examples=10, filler="zero",
                         train_pool=0)
   mqar.prepare(old, str(tmp_path / "old"))
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  configurables.parse([os.path.join(root, "gin/recall/base.gin")], [
+  configurables.parse([os.path.join(ROOT, "gin/recall/base.gin")], [
       f"DataConfig.path = '{tmp_path / 'old'}'", "DataConfig.seq_len = 16"])
   cfg = configurables.resolve()
   run = tmp_path / "run"
@@ -631,8 +627,7 @@ def test_eval_reads_an_mqar_tasks_own_test_splits_and_refuses_what_it_lacks(tmp_
   from performer.data import mqar  # pylint: disable=import-outside-toplevel
   task = mqar.MQARConfig(vocab_size=32, seq_len=16, num_kv=2, eval_examples=6, test_kv=(3,))
   mqar.prepare(task, str(tmp_path / "mqar"))
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  configurables.parse([os.path.join(root, "gin/recall/base.gin")], [
+  configurables.parse([os.path.join(ROOT, "gin/recall/base.gin")], [
       f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
       "DataConfig.batch_size = 4", "ModelConfig.d_model = 16", "TrainConfig.steps = 2",
       "TrainConfig.eval_every = 2", "TrainConfig.checkpoint_every = 2"])

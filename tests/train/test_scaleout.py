@@ -24,8 +24,8 @@ from performer.train import evaluate, loop, sharding
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.config import Config
+from testlib import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = "gin/mini/trembl_u_performer_relu.gin"
 # 4 heads, d_ff 32 and a batch of 8 divide over every mesh below.
 SMALL = ["DataConfig.seq_len = 32", "DataConfig.batch_size = 8", "ModelConfig.num_layers = 1",
