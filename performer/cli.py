@@ -8,6 +8,7 @@ only its own module; the list of commands reads each NAME and SUMMARY, string
 literals, from the module's source, so `performer --help` imports no jax.
 """
 
+import _thread
 import argparse
 import importlib
 import importlib.metadata
@@ -134,6 +135,9 @@ def main(argv=None):
   for s, handler in previous.items():
     if handler == signal.SIG_DFL:
       signal.signal(s, _interrupt)
+  finished = threading.Event()
+  unraisable = sys.unraisablehook
+  sys.unraisablehook = _raised_again(unraisable, finished)
   try:
     return args.func(args) or 0
   except UserError as e:
@@ -151,6 +155,8 @@ def main(argv=None):
       os._exit(130)  # pylint: disable=protected-access
     return 130
   finally:
+    finished.set()
+    sys.unraisablehook = unraisable
     for s, handler in previous.items():
       signal.signal(s, handler)
 
@@ -158,6 +164,23 @@ def main(argv=None):
 def _interrupt(signum, frame):
   del signum, frame
   raise KeyboardInterrupt
+
+
+def _raised_again(hook, finished):
+  """A sys.unraisablehook that delivers again a KeyboardInterrupt Python had to drop: a Ctrl-C
+  that lands in a gc callback (jax registers one) or a finalizer is printed and ignored, and
+  the command ran on (1 of 15 tries on approx-error). Other exceptions go to `hook`."""
+  def handle(unraisable):
+    if issubclass(unraisable.exc_type, KeyboardInterrupt):
+      for s in (signal.SIGINT, signal.SIGTERM):  # whichever still raises KeyboardInterrupt
+        if signal.getsignal(s) in (signal.default_int_handler, _interrupt):
+          # From a thread, shortly: raised from here, it would be dropped again.
+          again = threading.Timer(0.05, lambda s=s: finished.is_set() or _thread.interrupt_main(s))
+          again.daemon = True
+          again.start()
+          return
+    hook(unraisable)
+  return handle
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,6 +139,33 @@ def test_ctrl_c_leaves_the_process_without_interpreter_teardown(monkeypatch, cap
   with pytest.raises(SystemExit, match=r"^os\._exit\(130\)$"):
     cli.main()
   assert capsys.readouterr().err == "performer approx-error: interrupted\n" * 2
+
+
+def test_a_ctrl_c_python_dropped_in_a_gc_callback_is_raised_again(monkeypatch, capsys):
+  """An exception raised in a gc callback (as a Ctrl-C landing in jax's is) is printed and
+  dropped by Python; the command then ran to its end. main raises it again after the callback."""
+  import gc  # pylint: disable=import-outside-toplevel
+  from performer.experiments import approx_error  # pylint: disable=import-outside-toplevel
+
+  def interrupted_in_gc(phase, info):
+    del info
+    if phase == "start":
+      raise KeyboardInterrupt
+
+  def command(args):
+    gc.callbacks.append(interrupted_in_gc)
+    try:
+      gc.collect()
+    finally:
+      gc.callbacks.remove(interrupted_in_gc)
+    end = time.monotonic() + 2  # plain bytecode, where Python raises the interrupt again
+    while time.monotonic() < end:
+      pass
+    return 0
+
+  monkeypatch.setattr(approx_error, "main", command)
+  assert cli.main(["approx-error"]) == 130
+  assert capsys.readouterr().err == "performer approx-error: interrupted\n"
 
 
 def test_help_and_version_import_no_command(tmp_path):

@@ -31,6 +31,7 @@ def test_using_a_trained_model_example_runs_on_a_trained_workdir(data, tmp_path,
       f"DataConfig.path = '{data}'", "TrainConfig.steps = 3", "TrainConfig.eval_batches = 1"])
   workdir = tmp_path / "run"
   loop.run(configurables.resolve(), str(workdir), progress=False)
+  capsys.readouterr()  # what training said; the example's own lines follow
   with open(TRAINING) as f:
     text = f.read()
   code = re.search(r"```python\n(import jax.numpy as jnp\nimport performer\n.*?)```", text, re.S)

@@ -147,7 +147,7 @@ def test_a_failed_job_blocks_what_needs_it_and_the_status_shows_its_log(tmp_path
 
 LAUNCH = textwrap.dedent("""
     import sys
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {shared!r}]  # this module, and testlib beside the folders
     import test_launchers as t
     from pathlib import Path
     from performer.plans import local
@@ -161,7 +161,8 @@ LAUNCH = textwrap.dedent("""
 def _launch(tmp_path):
   """The LAUNCH launcher in a session of its own, once its first two jobs have started."""
   launcher = subprocess.Popen(
-      [sys.executable, "-c", LAUNCH.format(tests=os.path.dirname(__file__), tmp=str(tmp_path))],
+      [sys.executable, "-c", LAUNCH.format(tests=os.path.dirname(__file__),
+                                           shared=os.path.join(ROOT, "tests"), tmp=str(tmp_path))],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
   deadline = time.time() + 60
   while len([e for e in _events(tmp_path) if e["what"] == "start"]) < 2:
