@@ -1,8 +1,6 @@
 """gin registrations: gin reaches the library only through these config dataclasses.
 
-Library code never imports gin. A gin file binds fields, e.g.
-`ModelConfig.attention = 'performer_relu'`; an unknown name or field is an error.
-"""
+Library code never imports gin; an unknown name or field in a gin file is an error."""
 
 import ast
 import dataclasses

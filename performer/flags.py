@@ -1,16 +1,6 @@
 """Command-line flags built from typed configs: one dataclass field, one flag, one default.
 
-A command's options are the fields of a dataclass declared with `flag(...)`;
-`add` turns them into argparse arguments (name, type, default and help from
-the field) and `build` turns the parsed namespace back into the dataclass, so
-a default is written once, on the field. Fields declared without `flag` are
-not flags (the caller passes them to `build`).
-
-The flag of field `seq_len` is `--seq-len`; its type comes from the
-annotation: int, float, str, bool (a switch: `--x` when the default is
-False, `--no-x` when it is True), `T | None`, and tuple[int | float | str,
-...] given comma-separated. Other types name a parser (`parse=`).
-"""
+`add` makes argparse arguments of a dataclass's `flag(...)` fields; `build` makes it back."""
 
 import argparse
 import dataclasses
@@ -171,3 +161,21 @@ def _show(value):
   if isinstance(value, float):
     return f"{value:g}"
   return str(value)
+
+
+class Parser(argparse.ArgumentParser):
+  """argparse whose errors are one line, as every other error of the command (no usage block:
+  `--help` has it)."""
+
+  def error(self, message):
+    hint = " (`performer --help` lists the commands)" if self.prog == "performer" else ""
+    self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
+
+class Formatter(argparse.HelpFormatter):
+  """Wraps text as usual, but keeps the lines of a text that has several (the figure list)."""
+
+  def _fill_text(self, text, width, indent):
+    if "\n" in text:
+      return "".join(indent + line for line in text.splitlines(keepends=True))
+    return super()._fill_text(text, width, indent)

@@ -1,9 +1,6 @@
 """Memory a compiled computation plans to use, and what the device has: checked before running.
 
-Shared by `performer speed` (records a configuration that does not fit as
-out of memory), `performer train` (stops before the first step) and
-prepare-mqar (host memory, without importing jax).
-"""
+Used by `performer speed`, `performer train` and prepare-mqar (host memory, without jax)."""
 
 from performer.errors import UserError
 

@@ -1,39 +1,6 @@
 """Verdicts on the paper's claims: one pre-declared statistical rule for every table and figure.
 
-A claim is declared as data before its runs (`Claim`): which two groups of
-runs are compared, on which metric and split, the kind of claim, the margin
-delta and where delta comes from. The evidence (`estimate`) is the difference
-of the two groups' means with both sources of uncertainty:
-
-* seeds: the seed-to-seed variance of each group (each seed of a run varies
-  its initialisation, dropout, data order and random features), a t
-  interval with Welch-Satterthwaite degrees of freedom;
-* the test set's own sampling: a bootstrap over test sequences, paired
-  across the two groups (every run is scored on the same sequences), of the
-  difference of the seed-averaged metric.
-
-The two variances add (the bootstrap part is a variance about the fixed test
-set, independent of the seed draws); the degrees of freedom are those of the
-seed part, the bootstrap's being large.
-
-Decisions (`decide`), at level alpha = 0.05 after a Holm correction over
-the claims of one table (`family`):
-
-* matches: two one-sided tests at +-delta (TOST). Reproduced when the
-  difference is shown to lie inside (-delta, delta); contradicted when it is
-  shown to lie outside; else inconclusive.
-* better / worse: a two-sided test of difference 0. Reproduced when it
-  excludes 0 on the claimed side; contradicted when on the other; else
-  inconclusive.
-* A claim whose scale gate failed (`gate`: exact attention does not beat an
-  identity-attention control by several times the design's minimum
-  detectable effect) is "not testable at this scale", whatever the
-  differences; one whose groups have fewer than two seeds is inconclusive.
-
-Each decision reports the difference, its 95% interval and the minimum
-detectable effect (MDE: the true difference a two-sided 5% test finds with
-80% power in this design).
-"""
+Evidence: the seed-to-seed variance (Welch t) plus a paired bootstrap over the test sequences."""
 
 import dataclasses
 import math

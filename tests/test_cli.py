@@ -183,7 +183,8 @@ def test_help_and_version_import_no_command(tmp_path):
 
 
 def test_the_command_list_gives_each_command_module_s_own_summary():
-  summaries = cli._summaries()  # pylint: disable=protected-access  # read, not imported
+  found = cli._found()  # pylint: disable=protected-access  # read from the sources, not imported
+  summaries = {name: summary for _, name, summary in found}
   assert len(summaries) == len(cli.COMMANDS) == 17
   for where in cli.COMMANDS:
     module = importlib.import_module(where)

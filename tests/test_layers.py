@@ -10,7 +10,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "performer"
 # Lowest first; a component may import from the rows above its own, never from its row or below.
 LAYERS = (
     ("version", "errors", "verdicts", "declared"),
-    ("flags", "atomic", "memory"),
+    ("flags", "atomic", "memory", "interrupts"),
     ("favor",),
     ("attention",),
     ("models", "data"),
@@ -123,3 +123,14 @@ def test_no_function_body_is_longer_than_60_lines():
       if body and (n := node.end_lineno - body[0].lineno + 1) > 60:
         long.append(f"{path.relative_to(PACKAGE)}: {node.name} {n} lines")
   assert not long
+
+
+def test_every_module_says_what_it_is_in_one_to_three_lines():
+  """A module's docstring says what and why (docs/ARCHITECTURE.md holds the design notes), so a
+  reader sees the code on the first screen."""
+  wrong = []
+  for path in sorted(PACKAGE.rglob("*.py")):
+    doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+    if not doc or not 1 <= len(doc.splitlines()) <= 3:
+      wrong.append(f"{path.relative_to(PACKAGE)}: {len(doc.splitlines()) if doc else 0} lines")
+  assert not wrong

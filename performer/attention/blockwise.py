@@ -1,18 +1,6 @@
 """Memory-efficient exact attention: softmax over key blocks with a running maximum.
 
-The peer a user would pick instead of a Performer on long sequences: exact
-softmax attention, Eq. (1)-(2), without the L x L matrix (Rabe & Staats
-2021, "Self-attention does not need O(n^2) memory"; the online softmax of
-FlashAttention, Dao et al. 2022). Queries are read in blocks; for each,
-keys are read in blocks under `lax.scan` keeping, per query, the running
-maximum logit m, the sum of exp(logit - m) and the weighted sum of values,
-rescaled when m grows. Each query block is recomputed in the backward pass
-(`jax.checkpoint`), so memory is O(L (d + dv)) plus one block of logits.
-Causal attention skips the key blocks after a query block (`lax.cond`).
-On a CPU this does no less work than naive exact attention; its point is
-memory, and on accelerators the same algorithm is what flash attention runs
-fused.
-"""
+Exact softmax attention without the L x L matrix: the peer to a Performer on long sequences."""
 
 import functools
 
@@ -106,7 +94,7 @@ def _blockwise(q, k, v, mask, *, causal, q_block, k_block):
   return blocks.unblock(out, length).astype(dtype)
 
 
-@register("exact_blockwise", label="Transformer (blockwise)")
+@register("exact_blockwise", label="Transformer (blockwise)", colour="C7")
 class BlockwiseAttention(nnx.Module):
   """Exact softmax attention in O(L) memory (`blockwise_attention`); block: its block length."""
 

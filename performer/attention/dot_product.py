@@ -1,10 +1,6 @@
 """Exact attention by `jax.nn.dot_product_attention`: cuDNN flash attention where JAX has it.
 
-JAX's own exact attention, the one a JAX user would reach for. On an NVIDIA
-GPU with float16 or bfloat16 inputs it can run cuDNN's fused flash
-attention; everywhere else XLA's composition of the same softmax. Which
-one a call uses is `implementation(dtype)`, recorded by `speed` in its rows.
-"""
+cuDNN on an NVIDIA GPU for float16/bfloat16 inputs, else XLA; `implementation(dtype)` says which."""
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +19,10 @@ def implementation(dtype):
   return "cudnn" if on_gpu and jnp.dtype(dtype) in map(jnp.dtype, _CUDNN_DTYPES) else "xla"
 
 
-@register("exact_dot_product", label="Transformer (jax.nn.dot_product_attention)")
+@register("exact_dot_product", label="Transformer (jax.nn.dot_product_attention)",
+          colour="C8")
 class DotProductAttention(nnx.Module):
-  """softmax(q k^T / sqrt(d)) v by jax.nn.dot_product_attention (see the module docstring).
+  """softmax(q k^T / sqrt(d)) v by jax.nn.dot_product_attention (cuDNN or XLA).
 
   A query with no visible key gets the mean of all values, as
   favor.softmax_attention gives (JAX's own would average the masked keys'

@@ -5,9 +5,15 @@ from flax import nnx
 from performer.attention.registry import register
 
 
-@register("identity", label="Identity")
+@register("identity", label="Identity", colour="k")
 class IdentityAttention(nnx.Module):
   """out = v: no mixing across positions (trivially causal)."""
+
+  @staticmethod
+  def state_size(options, seq_len, head_dim):
+    """None kept: 0 floats (the registry's BackendInfo.state_size)."""
+    del options, seq_len, head_dim
+    return 0
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
     del q, k, mask, causal

@@ -1,37 +1,6 @@
-"""Linformer attention (Wang et al. 2020) as the paper's App. A.6 ran it: redrawn random projections.
+"""Linformer attention (Wang et al. 2020) as the paper's App. A.6 ran it, with redrawn projections.
 
-softmax(q (E k)^T / sqrt(d)) (F v): keys and values are projected along the
-length by E, F [k, L] (k = num_projections = 600 in A.6), then the L queries
-attend exactly over the k projected keys. Mixing every position makes it
-bidirectional (B) only.
-
-`projections="random"` (the default, A.6): one matrix R [k, max_len] with
-entries N(0, 1/k), the construction of Wang et al.'s Theorem 2 (its proof
-takes E = delta R, F = e^-delta R with one R). It is state, not a trained
-parameter: a `RandomFeatures` variable (skipped by the optimizer, kept by
-checkpoints) drawn from (seed, layer, step) and redrawn every training step,
-like a Performer's features ("we also use redrawing, which avoids unlucky
-projections"); evaluation keeps the last step's draw.
-
-A.6's delta: "delta = 1e-6 ... the exponent in a renormalization procedure
-using e^-delta as a multiplier in order to approximate softmax" (the value is
-garbled in our PDF text; 1e-6 is in the arXiv HTML of the paper; the
-Performer code release has no Linformer to check against). We read it as
-Wang et al.'s F = e^-delta R and E = R. The other reading, E = delta R as
-in that proof, scales every logit by 1e-6: each query's weights become
-uniform over the k projected keys and the output no longer depends on q, so
-it approximates nothing; we did not take it. At delta = 1e-6 the multiplier
-changes outputs by one part in a million: it is kept for fidelity only.
-
-A.6 reports "within 0.02 error for all entries"; a zero-mean random
-projection is no consistent estimator of softmax attention (the weights it
-implies on the L tokens need not sum to one, at any k), so such a bound
-holds only where outputs are small, as tests/attention/test_linformer.py
-checks.
-
-`projections="learned"`: Wang et al.'s trained E, F (separate `nnx.Param`s,
-initialised N(0, 1/k)), never redrawn.
-"""
+Bidirectional only: E, F [k, L] project keys and values along the length, mixing every position."""
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +12,7 @@ from performer.attention.registry import RandomFeatures, register
 PROJECTIONS = ("random", "learned")
 
 
-@register("linformer", label="Linformer", causal=False)
+@register("linformer", label="Linformer", causal=False, colour="C4")
 class LinformerAttention(nnx.Module):
   """softmax(q (E k)^T / sqrt(d)) (F v) with E, F [num_projections, max_len]: random or learned."""
 

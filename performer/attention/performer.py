@@ -1,30 +1,6 @@
 """Performer attention (FAVOR+), Sec. 3 and App. A.3/A.4, with redrawn random features.
 
-The projection W is state, not a trained parameter: a `registry.RandomFeatures`
-variable (so optimizers over `nnx.Param` skip it and checkpoints keep it),
-drawn from (seed, layer, step // redraw_every) and never from data, so every
-device, every retrace and a resumed run see the same matrix.
-
-Redrawing: the paper says features are redrawn "periodically" (Sec. 4.2,
-App. D.2) without a period; its released code (google-research/performer,
-fast_attention/jax/fast_attention.py, `redraw_features=True`) draws new
-features at every call. The default, `redraw_every=1`, follows the released
-code: a new W for every training step (evaluation keeps the last one).
-Generalized kernels can also run without W (`features="deterministic"`,
-phi(x) = f(x) + kernel_epsilon), the released code's default for its
-generalized attention.
-
-The data-dependent kernels (FAVOR++ `gerf`, FAVOR# `derf` and `saderf`;
-favor/exponential.py) take their parameters from moments of the scaled
-queries and keys. Bidirectional attention uses the sequence's own real
-tokens. Causal attention must not (an output would depend on later tokens),
-so the layer keeps running averages of the moments of earlier training
-batches, per head, as `Statistics` state: each causal training call attends
-with the averages as they were before it and then adds its own batch
-(exponential moving average, decay `STATISTICS_DECAY`, bias-corrected,
-without gradients); evaluation and decoding (`model.eval()`) keep them fixed.
-They start at zero, where every data-dependent kernel is FAVOR+.
-"""
+W is state drawn from (seed, layer, step // redraw_every), never from data or trained."""
 
 import jax
 import jax.numpy as jnp
@@ -108,6 +84,17 @@ class PerformerAttention(nnx.Module):
     """W, or None for deterministic features."""
     return None if self.W is None else self.W[...]
 
+  @staticmethod
+  def state_size(options, seq_len, head_dim):
+    """K'^T V: M x d floats per head, M from the kernel (the registry's BackendInfo.state_size).
+
+    options: the backend's resolved options (registry.options)."""
+    del seq_len
+    kernel = favor.kernel(options["kernel"])
+    M = kernel.num_features(options["num_features"], options.get("feature_dim") or head_dim,
+                            deterministic=options.get("features") == "deterministic")
+    return M * head_dim
+
   def statistics(self):
     """(query, key) `favor.exponential.Moments` [H, ...] of the running averages (zero at first)."""
     sums = {name: variable[...] for name, variable in self.moments.items()}
@@ -165,7 +152,7 @@ class PerformerAttention(nnx.Module):
                                     params=self.kernel_parameters(q.shape[0]))
 
 
-@register("performer_softmax", label="Performer-softmax")
+@register("performer_softmax", label="Performer-softmax", colour="C0")
 class PerformerSoftmax(PerformerAttention):
   """FAVOR+: positive orthogonal random features for softmax (A.3: m=256, redraw on).
 
@@ -174,21 +161,21 @@ class PerformerSoftmax(PerformerAttention):
   """
 
 
-@register("performer_relu", label="Performer-ReLU")
+@register("performer_relu", label="Performer-ReLU", colour="C2")
 class PerformerReLU(PerformerAttention):
   """Generalized kernel attention with ReLU features (A.4: m=256, kernel epsilon 1e-3)."""
 
   default_kernel, default_kernel_epsilon = "relu", 1e-3
 
 
-@register("performer_favorpp", label="Performer-FAVOR++")
+@register("performer_favorpp", label="Performer-FAVOR++", colour="C9")
 class PerformerFavorPP(PerformerAttention):
   """FAVOR++: GERF features with the variance-minimising A* (arXiv 2205.15317)."""
 
   default_kernel = "gerf"
 
 
-@register("performer_favorsharp", label="Performer-FAVOR#")
+@register("performer_favorsharp", label="Performer-FAVOR#", colour="C6")
 class PerformerFavorSharp(PerformerAttention):
   """FAVOR#: SADERF features, GERF after a per-coordinate rescaling Psi (arXiv 2302.00787)."""
 

@@ -1,22 +1,6 @@
-"""Reformer LSH attention (Kitaev et al. 2020; the paper's App. A.5 baseline).
+"""Reformer LSH attention (Kitaev et al. 2020; the paper's App. A.5 baseline), shared query/key.
 
-Shared query/key: keys are the unit-normalised queries (the `k` argument is
-ignored, as in Reformer's shared-QK attention). Each of n_hashes rounds hashes
-the keys with a random rotation R ([d, n_buckets/2]): bucket = argmax([xR, -xR]).
-Tokens are sorted by (bucket, position) and cut into chunks of chunk_size c.
-A query attends to the keys of its own bucket at most c places before it in
-sorted order (and, bidirectionally, at most c after it), which one chunk of
-look-back (and look-ahead) always covers. Within a bucket sorted order is
-position order, and a later token only shifts whole buckets, so the keys a
-query sees never depend on later tokens: causal masking stays exact. A token
-attends to itself only when nothing else is visible. Rounds are combined by
-the softmax of their log-sum-exps. Lengths are padded internally to a
-multiple of c; padded keys (and masked ones) are never attended.
-
-The rotations are drawn anew at every training step from (seed, layer,
-step), like a Performer's features: a fixed draw would keep two tokens that
-it hashes apart from ever attending to each other during the whole run.
-"""
+Its hash rotations are redrawn every training step from (seed, layer, step)."""
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +11,15 @@ from performer.attention.registry import RandomFeatures, register
 _SELF = -1e5  # logit of a token for itself: used only when nothing else is visible
 
 
-@register("reformer", label="Reformer")
+@register("reformer", label="Reformer", colour="C1")
 class ReformerAttention(nnx.Module):
   """LSH attention with n_hashes rounds of n_buckets buckets, chunks of chunk_size."""
+
+  @staticmethod
+  def state_size(options, seq_len, head_dim):
+    """A KV cache: L x d floats per head (the registry's BackendInfo.state_size)."""
+    del options
+    return seq_len * head_dim
 
   def __init__(self, *, head_dim, layer=0, n_hashes=2, n_buckets=16, chunk_size=32, seed=0):
     if n_buckets < 2 or n_buckets % 2:

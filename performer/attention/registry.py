@@ -1,16 +1,6 @@
 """Attention backends by name: every one is called as attend(q, k, v, *, mask=None, causal=False).
 
-q, k, v are [batch, length, heads, head_dim]; mask is a [batch, length] bool
-key padding mask (True = real token). A backend module registers its class
-with `@register("name", label=...)`; the package __init__ imports them all, so
-lookups never depend on what the caller imported. `info(name)` is the one
-place for what the rest of the suite needs to know of a backend: its label,
-whether it can be causal and decode, whether it has random state, and its
-default options. A backend with random state (Performer features, Reformer
-hash rotations, Linformer's redrawn projections) keeps it in `RandomFeatures`
-variables and has `redraw(step)`, which the training step calls through
-`redraw(model, step)`.
-"""
+q, k, v are [B, L, H, d]; mask is [B, L] bool (True = real token); `info(name)` describes one."""
 
 import dataclasses
 import inspect
@@ -33,22 +23,28 @@ class BackendInfo:
   Attributes:
     name: the registry name (ModelConfig.attention).
     label: the model's name in the paper's tables and legends (Fig. 6).
+    colour: a matplotlib colour, the backend's in every figure.
     causal: whether it can be (U): attend with causal=True.
     decoding: whether it has an incremental decoder (decode_init/decode_step).
     random_state: whether it has random state redrawn during training.
     defaults: its options and their values when attention_options omits them
       (a Performer's kernel resolved: 'positive' for performer_softmax).
+    state_size: (options, seq_len, head_dim) -> the floats one head keeps per
+      sequence when decoding (M x d for linear attention's K'^T V, L x d for a
+      KV cache), from the class's `state_size`; None where undeclared.
   """
   name: str
   label: str
+  colour: str
   causal: bool
   decoding: bool
   random_state: bool
   defaults: dict
+  state_size: object = None
 
 
-def register(name, *, label, causal=True):
-  """Class decorator: makes the backend available as `name`, shown as `label`.
+def register(name, *, label, colour, causal=True):
+  """Class decorator: makes the backend available as `name`, shown as `label` in `colour`.
 
   A class attribute `default_<option>` resolves an option whose signature
   default is None (PerformerAttention's kernel).
@@ -60,10 +56,10 @@ def register(name, *, label, causal=True):
     params = inspect.signature(cls.__init__).parameters.values()
     defaults = {p.name: getattr(cls, f"default_{p.name}", p.default) for p in params
                 if p.name not in ("self", *COMMON) and p.default is not inspect.Parameter.empty}
-    _INFO[name] = BackendInfo(name=name, label=label, causal=causal,
+    _INFO[name] = BackendInfo(name=name, label=label, colour=colour, causal=causal,
                               decoding=callable(getattr(cls, "decode_step", None)),
                               random_state=callable(getattr(cls, "redraw", None)),
-                              defaults=defaults)
+                              defaults=defaults, state_size=getattr(cls, "state_size", None))
     return cls
   return wrap
 
@@ -77,6 +73,18 @@ def info(name):
   if name not in _INFO:
     raise ValueError(f"unknown attention {name!r}; choose from {', '.join(names())}")
   return _INFO[name]
+
+
+def by_label(label):
+  """The name of the backend shown as `label`.
+
+  Raises:
+    ValueError: no backend has that label.
+  """
+  found = [i.name for i in _INFO.values() if i.label == label]
+  if not found:
+    raise ValueError(f"no attention backend is labelled {label!r}")
+  return found[0]
 
 
 def options(name, attention_options):

@@ -1,11 +1,6 @@
-"""Streaming FASTA reading: whole-record blocks in constant memory, parsed in workers.
+"""Streaming FASTA reading: whole-record blocks in constant memory, parsed in worker processes.
 
-`read_blocks` runs in the main process and only decompresses and cuts the
-stream at record boundaries (it also hashes the raw file bytes for the
-manifest). `parse_block` runs in worker processes: it splits lines, applies
-the residue rules and returns flat arrays that are cheap to send back.
-`nucleotide_share` reads only a file's head, to refuse DNA/RNA before any work.
-"""
+The main process only decompresses and cuts at record boundaries; `parse_block` runs in workers."""
 
 import dataclasses
 import gzip

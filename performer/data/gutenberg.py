@@ -1,10 +1,6 @@
 """Project Gutenberg books as PG-19 distributes them: a folder's books listed, read and cleaned.
 
-A PG-19 folder holds train/, validation/ and test/ of <id>.txt books and
-metadata.csv without a header row; tensorflow-datasets' `pg19` (the `tfds`
-extra) is the other source. Text is UTF-8 with the Gutenberg header and
-footer cut.
-"""
+Cleaned text is UTF-8 with LF line ends and without the Gutenberg header and footer."""
 
 import csv
 import hashlib

@@ -1,9 +1,6 @@
 """The OOD split of prepare-trembl: whole protein families held out (paper App. C.1).
 
-A family is held out when --ood-families names it, else when a salted hash
-of its id falls below --ood-fraction; every accession the mapping file puts
-in a held-out family goes to the `ood` split.
-"""
+Every accession the --families mapping puts in a held-out family goes to the `ood` split."""
 
 import gzip
 import hashlib

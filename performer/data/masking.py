@@ -1,11 +1,6 @@
 """Masked-language-model corruption for the bidirectional (B) task (paper App. A.1).
 
-Select a share `rate` of the real positions (15%); of those a share `mask`
-become the mask token (80%), a share `random` a random token (10%) and the
-rest stay unchanged. Pads are never selected. The random draws come from
-fold_in(key, example_id), so an example is masked the same way whatever batch
-it lands in.
-"""
+Draws come from fold_in(key, example_id): an example is masked alike in whatever batch it is."""
 
 from typing import NamedTuple
 

@@ -1,39 +1,6 @@
 """Multi-query associative recall (MQAR): a synthetic recall task, generated, never stored.
 
-Zoology's definition (Arora et al. 2023, arXiv 2312.04927, Sec. 3): an
-example of L tokens over a vocabulary of V starts with the context, kv
-distinct keys drawn from [1, V/2) each followed by its value, kv distinct
-values drawn from [V/2, V): k1 v1 k2 v2 ... Then come the queries: the
-(L - 2 kv) / 2 two-token slots after the context, of which kv are drawn
-without replacement with probability proportional to a i^(a-1) for slot i
-(a = power_a, Zoology's 0.01: queries cluster near the context). Zoology
-writes the j-th key of the context at the first token of the j-th drawn
-slot (query_order "context"); since earlier draws tend to be earlier slots,
-a query's rank among the queries then hints at its key's rank in the
-context without any key-to-value binding. "shuffled" assigns keys to the
-drawn slots in a random order instead. The model reads the example and, at
-a query, must predict its key's value (the next-token target there); only
-the kv query positions are scored.
-
-Everything else is filler: random tokens (Zoology's default,
-random_non_queries; drawn from [1, V) here, so that 0 stays padding) or
-token 0 ("zero", masked out of attention as padding: it carries nothing a
-model could recall). The splits: train, valid, test at the task's kv;
-test_shuffled (test's examples with shuffled key-to-slot order: the same
-accuracy for a model that binds keys to values, less for one that reads
-the rank cue); test_kv<n> for each n of test_kv (kv = n at the same L, as
-Zoology tests more pairs than it trains on).
-
-An example is a pure function of (seed, split, index). Training reads a pool
-of train_pool examples (Zoology: 100,000), in a new order every epoch, or
-with train_pool 0 a fresh example every time: example step * B + row of
-the run's data seed (DataConfig.seed), so a resumed run reads what an
-uninterrupted one would. valid and the test splits are `eval_examples`
-examples each of the dataset's own seed, the same for every model.
-`performer prepare-mqar` writes the folder (a manifest of these options and
-stats.json, with each test split's no-binding ceiling) that DataConfig.path
-names.
-"""
+Zoology's task (arXiv 2312.04927, Sec. 3); an example is a pure function of (seed, split, index)."""
 
 import dataclasses
 import functools
@@ -53,11 +20,11 @@ FILLERS = ("random", "zero")
 QUERY_ORDERS = ("context", "shuffled")
 # Options added after the first folders were written: what a manifest without them meant.
 LEGACY = {"filler": "zero", "query_order": "context", "train_pool": 0, "test_kv": ()}
-RULE_EXAMPLES = 200_000  # query draws a no-binding rule is fitted on (ceilings): 0.3 s a split
+RULE_EXAMPLES = 200_000  # query draws a no-binding rule is fitted on (ceilings)
 MAX_VOCAB = 2**31 - 1  # token ids are int32
 MAX_SEQ_LEN = 2**31 - 1  # positions are int32
-# Host memory to generate one example (or stats.json), per token of L: measured 12 bytes
-# (float64 probabilities of the L/2 query slots and numpy's temporaries), plus a margin.
+# Host memory to generate one example (or stats.json), per token of L: float64 probabilities of
+# the L/2 query slots and numpy's temporaries, plus a margin.
 BYTES_PER_TOKEN = 16
 _SPLIT_CODE = {"train": 0, "valid": 1, "test": 2, "test_shuffled": 2}  # test_kv<n>: 3 + n
 _RULE_CODE, _FILLER_STREAM, _EPOCH_STREAM = 1000, 1, 2
@@ -68,7 +35,7 @@ DESCRIPTION = (
     "Writes the folder of an MQAR task (manifest.json and stats.json: its options, the chance "
     "accuracy, where queries fall) for DataConfig.path. Nothing is stored: every example is "
     "generated from (seed, split, index) when read, train from the run's data seed, valid and "
-    "test (--eval-examples each) from --seed. performer/data/mqar.py gives the definition.")
+    "test (--eval-examples each) from --seed. docs/ARCHITECTURE.md (data/mqar.py) defines it.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,18 +1,6 @@
 """Output folders of prepared datasets: locked, checked first, built aside, swapped in.
 
-`prepare` is the protocol every prepare-* command follows. A run holds
-`<out>.lock` (an flock, see atomic.exclusive_lock) from start to end, so a
-second run on the same `<out>` stops at once. A dataset is built in
-`<out>.partial`, which holds a marker file so that only folders this code made
-are ever deleted, and renamed to `<out>` at the end. `--force` replaces an
-`<out>` only if it holds a performer dataset (manifest.json), never a folder
-of other files, an input, or a folder that holds an input.
-
-A dataset is identified by its options and the sha256 of its inputs, not by
-their paths or times: the same bytes at another path are the same dataset.
-The manifest records each input's path, size, mtime and ctime, so that an
-unchanged file is not read again to learn its sha256.
-"""
+`prepare` is every prepare-* command's protocol; a dataset is its options and its inputs' sha256."""
 
 import hashlib
 import json

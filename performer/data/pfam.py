@@ -1,27 +1,6 @@
 """Pfam family labels for the OOD split (paper Table 2's OOD rows, App. C.1), by HMM search.
 
-Users with Pfam's `Pfam-A.regions.uniprot.tsv.gz` pass it to `prepare-trembl
---families` directly. Without it (offline), `performer label-pfam` labels the
-sequences itself with Pfam-A profile HMMs and `pyhmmer`'s hmmsearch, each
-HMM's hit counted at its gathering cutoff (GA, Pfam's own inclusion rule).
-Searching every HMM against every sequence is too slow for a CPU, so it runs
-in two stages:
-
-1. Survey: a bounded sample of sequences (the `sample` with the smallest
-   salted hash of their accession, so the same for every run) against every
-   HMM gives each family's share of sequences.
-2. Hold-out: families are taken in salted-hash order, skipping any whose
-   estimated size alone exceeds what is left of the target, until their
-   estimated sizes reach `ood_fraction` of all sequences. Only these HMMs
-   are then searched against every sequence, so each held-out family is
-   complete: no member of one is left in train by the sampling.
-
-The output is the two-column `accession family` text that `--families`
-reads (one line per sequence and family hit, gzip when the name ends in .gz),
-with the survey's hits and the complete held-out hits; `<out>.held_out.txt`
-lists the held-out families for `prepare-trembl --ood-families`, and
-`<out>.json` the options and counts.
-"""
+`performer label-pfam`, for when Pfam's regions file is not at hand; held-out families are whole."""
 
 import dataclasses
 import gzip
@@ -60,8 +39,8 @@ class LabelConfig:
   """
   inputs: tuple[str, ...] = flag(help="FASTA files (plain or .gz)", positional=True, nargs="+")
   hmms: str | None = flag(None, "Pfam-A HMM file (Pfam-A.hmm or pressed .h3m)")
-  sample: int = flag(20_000, "sequences surveyed with every HMM (the default takes about 3 min "
-                             "on 2 cores)")
+  sample: int = flag(20_000, "sequences surveyed with every HMM (its time grows linearly "
+                             "with it)")
   ood_fraction: float = flag(0.01, "share of all sequences to hold out as whole families")
   seed: int = flag(0, "salt of the sample and family order")
   cpus: int = flag(0, "hmmsearch threads (0: all cores)")

@@ -1,18 +1,6 @@
 """prepare-pg19: PG-19 books -> SentencePiece token shards (paper App. A.1.1).
 
-Reads a PG-19 folder as its authors distribute it (train/, validation/,
-test/ of <id>.txt books, metadata.csv without a header row), or with the
-`tfds` extra tensorflow-datasets' `pg19`. Trains a unigram SentencePiece
-model on a byte budget of train text (whitespace kept, byte fallback, so
-decode(encode(text)) == text for any text), encodes every book as one record
-of uint16 ids and records per split the whitespace-split word count, the
-SentencePiece token count and their ratio: the multiplier that turns a
-per-token loss into word-level perplexity, exp(multiplier * loss).
-
-Built in `<out>.partial` under the lock `<out>.lock` (see outdir.py). A book
-that is not UTF-8 stops the run with an error naming it, or, with
-skip_bad_books, is left out and counted in stats.json and manifest.json.
-"""
+Also records each split's tokens per word, which turn a per-token loss into word perplexity."""
 
 import dataclasses
 import io

@@ -1,20 +1,6 @@
 """Batches for training and evaluation from prepared token shards (grain).
 
-Training batches are a pure function of (seed, step): grain's MapDataset
-shuffles (anew each epoch) and repeats the examples, and batch `step` is the
-flat indices step * B + [0, B), of which each of P processes reads its B / P
-rows. Resuming at a step therefore needs nothing but the step, processes see
-disjoint data, and a batch does not depend on how many processes share it.
-
-An example is one record clipped to seq_len for TrEMBL's `single` task (as in
-the paper); long records (PG-19 books, `concat` chunks) are cut into
-non-overlapping windows of seq_len instead (shards.Windows). For (U) the model reads
-[EOS] + sequence and predicts sequence + [EOS] (EOS doubles as the start
-token); for (B) it reads the MLM-corrupted sequence (masking.py), keyed by
-the example's flat index so its mask does not depend on the batch.
-A generated MQAR task (mqar.py) has batches of the same interface;
-`batches` picks by the dataset's kind.
-"""
+A training batch is a pure function of (seed, step): resuming needs only the step."""
 
 import dataclasses
 import json

@@ -1,16 +1,6 @@
 """Small real datasets fetched from PyPI packages (no download outside the registry).
 
-* protein: a real bacterial proteome (2,100 Prodigal-predicted proteins,
-  ~680k residues, '*' terminators) shipped in the wheel of `pyhmmer` 0.12.3
-  (MIT licence) as pyhmmer/tests/data/seqs/938293.PRJEB85.HG003687.faa.
-* book: Natsume Soseki's "Botchan" (Project Gutenberg #8868, public domain in
-  the USA), with its byte-order mark, CRLF line endings and Gutenberg header
-  and footer, shipped in the source distribution of `sentencepiece` 0.2.3
-  (Apache-2.0) as test/botchan.txt.
-
-Files are cached under $PERFORMER_CACHE (default ~/.cache/performer).
-See data/README.md.
-"""
+Cached under $PERFORMER_CACHE (default ~/.cache/performer); data/README.md describes them."""
 
 import os
 import shutil

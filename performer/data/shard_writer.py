@@ -1,10 +1,6 @@
 """On-disk token shards: their format and the writer (no grain here: prepare-* start fast).
 
-A split is a folder of shards plus `index.json`. Shard i is two .npy files:
-`shard-iiiii.tokens.npy` (all records' token ids back to back, uint8 for
-proteins, uint16 for SentencePiece ids) and `shard-iiiii.offsets.npy`
-([records + 1] int64 starts). shards.py reads them.
-"""
+A split is a folder of shard-NNNNN.tokens.npy and .offsets.npy pairs plus index.json."""
 
 import json
 import os

@@ -1,8 +1,6 @@
 """The grain data sources that read token shards (their format: shard_writer.py).
 
-Shards are memory-mapped when read, so many hosts can read disjoint records
-of the same files.
-"""
+Shards are memory-mapped, so many hosts can read disjoint records of the same files."""
 
 import json
 import os

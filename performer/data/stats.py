@@ -1,8 +1,6 @@
 """Length statistics in the form of the paper's Table 1, in constant memory.
 
-A histogram of lengths (at most one entry per distinct length) gives the
-exact median without keeping every length.
-"""
+A histogram of lengths (one entry per distinct length) gives the exact median."""
 
 import collections
 import math

@@ -1,14 +1,6 @@
 """prepare-trembl: UniProt FASTA -> token shards with the paper's splits (App. C.1).
 
-Stream every input once. Each record is validated and tokenized (fasta.py),
-optionally dropped as a duplicate, and assigned to a split: `ood` if its
-accession belongs to a held-out family, otherwise train/valid/test from a
-salted hash of its sequence, so duplicates always share a split. Two tasks are
-written per split: `single` (each sequence clipped to seq_len) and `concat`
-(sequences joined with EOS and cut into non-overlapping concat_len chunks).
-Everything is built in `<out>.partial` and renamed to `<out>` at the end
-(see outdir.py, which also locks `<out>` for the run).
-"""
+Splits come from a salted hash of each sequence, so duplicates share one; `ood` holds families."""
 
 import collections
 import dataclasses

@@ -1,8 +1,6 @@
 """The protein vocabulary: 25 amino-acid letters plus pad, end-of-sequence and mask.
 
-The paper counts 20 standard amino acids and 5 anomalous ones (B, Z, X, U, O)
-(App. C.1). Token ids are small enough for uint8 storage.
-"""
+The paper's 20 standard and 5 anomalous amino acids (B, Z, X, U, O; App. C.1); ids fit in uint8."""
 
 from typing import NamedTuple
 

@@ -1,27 +1,6 @@
 """Amino-acid similarity from attention, against BLOSUM62 (paper App. C.4, Fig. 13).
 
-The method of Vig et al. (2020, "BERTology Meets Biology"; their
-code is github.com/salesforce/provis), reimplemented:
-
-1. For every head h (all layers), over a sample of sequences, the share of
-   its attention that lands on residues of type b:
-     p_h(b) = sum_{x, i, j: x_j = b} a'_ij / sum_{x, i, j} a'_ij,
-   where a'_ij = a_ij if a_ij > `min_attention` (theirs: 0.1) else 0, and i,
-   j run over the residues of sequence x (no special tokens). Heads whose
-   total sum_{x,i,j} a'_ij is below `min_total` (theirs: 100) are left out.
-2. The similarity of types a and b is the Pearson correlation, across the
-   kept heads, of the vectors (p_h(a))_h and (p_h(b))_h: two residue types
-   are similar when the same heads attend to them.
-3. That 20 x 20 matrix is compared with BLOSUM62 by the Pearson correlation
-   over the 190 pairs a < b (`r_offdiagonal`, Vig et al.'s number; the
-   diagonal of a correlation matrix is 1 by construction). `r_all` adds the
-   20 diagonal pairs (similarity 1 against BLOSUM62's self-scores).
-
-It is done for each matrix the model has (protein_matrices.layer_matrices):
-FAVOR's implicit matrix for Performers, and exact softmax of the same q, k.
-BLOSUM62 is read from performer/data/blosum62.txt (NCBI's file as shipped in
-Biopython 1.88; see data/README.md).
-"""
+Vig et al.'s (2020) method, for FAVOR's implicit matrix and for exact softmax of the same q, k."""
 
 import dataclasses
 import os

@@ -1,25 +1,6 @@
 """Approximation error of FAVOR attention against exact softmax (paper Fig. 4).
 
-For each input scale s and each of `samples` draws, Q, K, V are [1, L, 1, d]
-with q, k entries ~ N(0, s^2 / sqrt(d)) and v entries ~ N(0, 1). FAVOR scales
-q and k by d^(-1/4), so the scaled vectors x have |x|^2 ~ s^2 and the logits
-q.k / sqrt(d) have standard deviation s^2 / sqrt(d). Small s gives nearly
-uniform attention; larger s gives small kernel values exp(x.y) for most pairs
-(the regime where positive features beat trig ones, Lemma 2). For every
-variant (kernel, projection kind, scaling) and every m, a fresh W is drawn per
-sample; the MSE of one sample is the mean over all L x d outputs of
-(FAVOR - exact)^2. Rows report its mean, standard deviation and median over
-the samples (the error is heavy-tailed across draws).
-
-Kernels: the paper's (positive, hyperbolic, trig) and the data-dependent
-estimators published after it (gerf: FAVOR++; derf, saderf: FAVOR#), which
-take their parameters from the sample's own queries and keys (bidirectional
-attention). Anisotropic inputs (`anisotropy` r > 1), where the dense and
-asymmetric forms should matter: coordinate l of the queries has standard
-deviation proportional to r^(l / (d - 1) - 1/2), of the keys the reverse
-order, rescaled so that E|x|^2 stays s^2, and both are turned by one random
-rotation per sample, so the directions of spread are not the axes.
-"""
+MSE over L x d outputs per sample, a fresh W per sample, for each kernel/projection kind and m."""
 
 import dataclasses
 import math

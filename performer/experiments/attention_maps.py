@@ -1,18 +1,6 @@
 """Attention matrices of a trained model for one protein (paper App. C.4, Figs. 10-11).
 
-FAVOR never forms its attention matrix; it is implicit in Eq. (4):
-A_ij = q'_i . k'_j / D_i with D_i = sum_j q'_i . k'_j, for the features
-q' = phi(q d^(-1/4)), k' = phi(k d^(-1/4)) of `favor.feature_parts`. The
-paper reads it off by attending to one-hot values; here it is formed
-directly by `favor.attention_matrix`, so that A @ v equals the backend's
-output. Beside it, `favor.softmax_matrix` gives exact softmax attention
-softmax(q k^T / sqrt(d)) of the same q and k: the matrix FAVOR+ estimates
-(for ReLU-kernel Performers a comparison only, as they estimate no softmax).
-
-The protein is fed as in training (performer/data/pipeline.py): (B) models
-read the residues alone, (U) models [EOS] + residues, with the key mask
-`inputs != pad` (all True: no padding, no MLM corruption).
-"""
+FAVOR's implicit matrix (A @ v equals the layer's output) beside exact softmax of the same q, k."""
 
 import dataclasses
 import os

@@ -1,36 +1,6 @@
 """Error propagation: a Transformer against its own weights with FAVOR+ (App. D.1, Fig. 14).
 
-The paper shows that a small attention approximation error grows through the
-layers (MLPs, heads, residual additions), which is why pretrained Transformer
-weights need fine-tuning before a Performer can use them (Sec. 4.2, Fig. 5).
-Here the exact model and the same parameters with `performer_softmax`
-attention (positive orthogonal features, m of them, one fresh draw of W per
-layer and draw) read the same real token batches with dropout off. Per block
-l = 1..N it reports the relative error of the residual stream,
-
-  ||h_l^FAVOR - h_l^exact||_F / ||h_l^exact||_F,
-
-with the Frobenius norms taken over the real (non-padded) positions of all
-sequences together, and, to separate approximation from propagation, the
-same for block l's attention output when both attentions read the exact
-model's own input to block l ("attention": no earlier error carried in).
-
-The output is compared as the predicted *distributions*, p = softmax(logits),
-by the same relative error: logits are defined only up to a per-position
-constant that the softmax drops (a logit error would count that constant),
-and the distribution is what inference uses. The share of positions whose
-most likely token agrees (top-1 agreement) goes beside it. p_l is the
-output of the model cut after block l (final LayerNorm and head applied to
-h_l): at l = N the model's own output; in a pre-LayerNorm model at
-initialisation, exactly the output of a random l-block model, which is the
-paper's "varying numbers of layers"; for a trained model below N, a probe.
-
-Two settings: "trained" (the run's checkpoint) and "init" (fresh parameters,
-seed --seed, of the run's model config with --init-layers blocks, so the
-curve against depth has more than a trained mini model's 2 points). Draw j
-(0-based) of every m uses attention seed `seed + j`. Rows give the mean,
-standard deviation, minimum and maximum over the draws, and every draw.
-"""
+Relative errors per block of the stream, the attention alone, and the output distribution."""
 
 import dataclasses
 

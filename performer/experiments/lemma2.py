@@ -1,37 +1,6 @@
 """Lemma 2 / Fig. 2 (Sec. 2.3, 3): trigonometric against positive random features.
 
-The utility r = MSE(SM^trig_m) / MSE(SM^+_m) of the two estimators of the
-softmax kernel SM(x, y) = exp(x.y) with m iid Gaussian features, for two
-vectors of equal length l at angle phi:
-
-  x = l e1,  y = l (cos phi e1 + sin phi e2),
-  r(phi, l) = 1/2 exp(-4 l^2 cos phi) (1 - exp(-2 l^2 (1 - cos phi)))^2
-              / (1 - exp(-2 l^2 (1 + cos phi)))
-
-(Lemma 2 with x.y = l^2 cos phi, |x -+ y|^2 = 2 l^2 (1 -+ cos phi); m
-cancels). Known values: r(0, l) = 0 (x = y: trig features are exact, since
-sin^2 + cos^2 = 1); r(pi/2, l) = (1 - exp(-2 l^2)) / 2; r -> infinity as
-phi -> pi (x = -y: positive features are exact), with
-(pi - phi)^2 r(phi, l) -> 2 sinh(2 l^2)^2 / l^2. r increases with phi on
-[0, pi), so it crosses 1 once, at the angle `crossing_angle` beyond which
-(kernel values below exp(l^2 cos phi*)) positive features are more accurate.
-
-Symmetrization (the paper's "around origin", domain [-pi, pi] x [-2, 2]): a
-negative l means the pair (-x, -y), a negative phi the mirror image of y in
-e1. Neither changes x.y, |x + y| or |x - y|, so the grid holds
-r(phi, l) = r(-phi, l) = r(phi, -l) = r(-phi, -l): the quadrant phi, l >= 0
-mirrored into the other three, point-symmetric around the origin.
-
-Monte Carlo check on the slice l = `slice_length`: for each angle, `samples`
-independent draws of an iid W ([m, d], `favor.projection`) give the estimate
-feature_map(x, W) . feature_map(y, W) (float32); the mean of its squared error
-against exp(x.y) is compared with Lemma 2 (float64) in units of the exact
-standard error of that mean, computed from the estimator's closed-form
-central moments (`mc_standard_error`). The sample standard error is stored
-too, but for positive features at large |x + y| it is unreliable: the squared
-error's relative variance grows like exp(4 |x + y|^2) / m, so a few rare draws
-carry the mean.
-"""
+Symmetrized: l < 0 means the pair (-x, -y), phi < 0 mirrors y in e1; neither changes r(phi, l)."""
 
 import dataclasses
 import functools

@@ -1,18 +1,6 @@
 """What FAVOR does on a trained recall model's own queries and keys (the mechanism of issue 40).
 
-For an MQAR run of the recall studies (plans/recall.py, recall_conv.py) and
-the first --examples examples of a split, each attention layer's q, k and v
-are taken as the model computes them (after its short convolution). At
-every scored query the row of FAVOR's attention matrix the model used
-(favor.attention_matrix with its W, kernel and running statistics) is
-compared with exact softmax(q k^T / sqrt(d)) of the same q and k: the L1
-distance between the two rows (0: the same, 2: disjoint), each row's
-largest weight, and its weight on the answer's position, the queried key's
-value token 2j + 1 (which holds the key itself through the convolution).
-Then the model runs again with the exact rows in place of FAVOR's, on the
-same q, k and v: if that model recalls and its FAVOR self does not, the
-estimator is what fails, not what the model learned.
-"""
+Compares its FAVOR rows with exact softmax rows, then scores it with the exact rows swapped in."""
 
 import dataclasses
 import os

@@ -1,15 +1,6 @@
 """Speed and memory of whole models and attention layers against L (paper Fig. 3).
 
-Every configuration (config, attention, direction, mode, L) is measured in a
-fresh process by `speed_worker` (what is timed and how memory is read is
-described there). A series (all but L fixed) runs L in increasing order and
-stops at the first that runs out of memory, passes the time cap or fails;
-that row keeps the status ("oom", "timeout", "error"), so a sweep never
-crashes on it.
-
-`targets_plan()` is the fixed set of measurements behind the target
-ratios of `ratios()`; any run prints whichever of them its rows allow.
-"""
+Each configuration runs in a fresh `speed_worker` process; a series stops at its first failure."""
 
 import concurrent.futures
 import dataclasses

@@ -1,15 +1,6 @@
 """performer-pytorch's FastAttention, timed like our attention layer (`performer speed --peers`).
 
-The most used FAVOR+ implementation outside this suite (lucidrains'
-performer-pytorch, PyPI `performer-pytorch`, torch on the CPU here): the
-same FAVOR+ softmax estimator (orthogonal projections with chi norms,
-m features, max-subtraction stabiliser), bidirectional through linear
-attention and causal through its non-CUDA prefix sum, which splits L into
-128 chunks and materialises k v^T per token inside each. `speed_worker`
-calls `build` in its fresh process for attention "performer_pytorch" (layer
-only), so the row is timed and its peak memory read exactly as ours are.
-Both libraries use every core they are given. Needs the `peers` extra.
-"""
+The most used FAVOR+ implementation outside this suite; `speed_worker` builds it. Needs `peers`."""
 
 import importlib.util
 import os

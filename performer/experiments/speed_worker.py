@@ -1,31 +1,6 @@
 """Times one speed configuration in this process: `speed.py` runs each in a fresh one.
 
-    python -m performer.experiments.speed_worker '{"config": "regular", ...}'
-
-prints one JSON line: the measurement. A fresh process per configuration
-gives a clean peak-memory reading (and lets the parent kill it at the time
-cap, or survive it being killed for memory).
-
-What is timed (paper Fig. 3): the whole model (`layer` false) from tokens
-[1, L] to logits, or the attention layer alone from q, k, v [1, L, H, d];
-`fwd` is the forward pass, `fwdbwd` the forward pass and the gradient of a
-scalar loss w.r.t. every parameter (model) or w.r.t. q, k, v (layer). The
-function is compiled ahead of time (compile_s), run once to measure peak
-memory, once more as a warm-up, then `repeats` times, each blocked on with
-`block_until_ready`. performer-pytorch's layer (attention
-"performer_pytorch", see speed_pytorch.py) runs eagerly: compile_s 0, no
-buffer plan.
-
-Peak memory, in bytes, counts inputs (parameters included), outputs and
-temporaries. On backends with device memory statistics (GPU, TPU) it is the
-allocator's peak bytes in use minus what was in use before the inputs were
-built. On CPU it comes from the process's resident set: the size of the
-inputs plus the rise of its high-water mark (Linux VmHWM, reset through
-/proc/self/clear_refs) over the resident set just before the run, with
-glibc told to map every buffer over 64 KiB on its own for that run (see
-`_PeakMemory`). Where the reset is unavailable it falls back to getrusage's
-peak, which then includes compilation.
-"""
+A fresh process gives a clean peak-memory reading and lets the parent kill it at the time cap."""
 
 import collections
 import contextlib

@@ -1,20 +1,6 @@
 """performer throughput: training throughput over device counts, and the loop's overhead.
 
-For each device count n, a fresh worker process (JAX fixes its devices at
-start) trains the model of a resolved Config data-parallel on n devices twice
-over the same global batches:
-  * the compiled train step alone, on batches built and placed beforehand,
-    timed over steps [log_every, steps) once steps [0, log_every) ran;
-  * `performer train` itself (loop.run, a temporary workdir): the mean of
-    its own step_time rows over the same steps (data loading, dispatch,
-    the every-log_every host sync and logging included).
-It prints, per n, tokens/s, the speed-up over n = 1 (from the step alone)
-and the loop overhead, loop / step alone (the target is at most 1.05).
-On a CPU the n devices are simulated on the same cores
-(--xla_force_host_platform_device_count), so the scaling column measures
-the sharding's overhead, not a speed-up; on a GPU machine worker n sees
-the first n GPUs (CUDA_VISIBLE_DEVICES).
-"""
+Per device count a fresh worker (JAX fixes devices at start) times the step alone and the loop."""
 
 import dataclasses
 import json

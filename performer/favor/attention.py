@@ -1,44 +1,6 @@
-"""FAVOR (random-feature) attention, Eq. (4); causal via App. B.1.
+"""FAVOR (random-feature) attention, Eq. (4); causal via App. B.1: checks arguments, picks the pass.
 
-Shapes follow Flax: q, k, v are [B, L, H, d] (batch, length, heads, head dim);
-a key padding mask is [B, L] bool, True = real token. This module checks
-the arguments and picks the pass: bidirectional.py (Eq. 4 in blocks),
-causal.py (App. B.1 in chunks), decoding.py (one token at a time);
-reference.py holds exact softmax attention and FAVOR's explicit matrix.
-
-Numerics. phi(x) = value * exp(log) (features.py). Before exponentiating,
-a per-feature reference c_f is subtracted from the keys' logs and added to
-the queries' logs, and each query t is then normalised by its own maximum
-N_t = max_f(a_tf + c_f): every factor is <= 1, and phi(q).phi(k) changes only
-by exp(N_t), which the normaliser D cancels. The estimator is therefore
-exactly the unstabilized one, nothing overflows, and large-norm inputs keep
-their dominant terms. In the causal pass c_f(t) is the per-feature maximum
-over keys <= t, so N_t is exactly query t's largest term (causal.py).
-
-Limit. The logs are about |x|^2 / 2 for a scaled query or key x = q d^(-1/4),
-and float32 resolves them to ~|x|^2 6e-8 nats, so the error grows as |x|^2
-(results/README.md, "FAVOR's numerics", gives the measured error). Past
-`numerics.MAX_NORM` = 100 the result is refused: a direct call raises
-ValueError, and under jit the outputs of such a query, and of every query
-that sees such a key, are NaN.
-
-All sums (K'^T V, K'^T 1, D) accumulate in float32 whatever the input dtype.
-
-Speed. Both passes read the sequence in blocks and compute features inside
-each block; the backward pass recomputes them (`jax.checkpoint`) rather than
-storing them, except for a causal sequence of one chunk, whose features
-cost no more memory than exact attention's scores. Bidirectional attention reads keys, then queries, in blocks of
-`block` tokens (>= L: two products, no loop). Causal attention cuts the
-sequence into chunks of C tokens and computes a span of chunks at once
-(causal.py); a loop carries the state from span to span (span = C: the
-sequential pass; >= L: no loop). Which lengths a platform runs with is
-`FORMS[jax.default_backend()]`, chosen from measurements (results/README.md,
-"FAVOR's forms"); `form()` answers it and every speed row names it. On the
-CPU a loop also reads the batch a few sequences at a time, so that their
-[b, H, L, M] features stay in cache between the passes over them.
-Matrix-product operands are bfloat16 when v is (a bfloat16 model); features,
-sums, states and normalisers stay float32.
-"""
+Stabilization is exact: shifts of the feature logs cancel in D (docs/ARCHITECTURE.md, numerics)."""
 
 import functools
 from typing import NamedTuple
@@ -46,7 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from performer.favor import bidirectional, blocks, exponential, features, numerics
+from performer.favor import bidirectional, blocks, exponential, features, kernels, numerics
 from performer.favor import causal as causal_pass
 
 
@@ -70,10 +32,8 @@ class Form(NamedTuple):
   batch_bytes: int = 0
 
 
-# By jax.default_backend(); platforms not listed take "gpu"'s. The fastest measured:
-# on the CPU one chunk per step (results/speed_chunks_cpu.json, speed_forms_cpu.json), on an
-# H200 a span of 65,536 (results/gpu_forms/; results/README.md, "FAVOR's forms"). On the CPU,
-# groups of 256 tokens past 4 MiB of features (results/README.md, "The CPU's batch groups").
+# By jax.default_backend(); platforms not listed take "gpu"'s. Each is the fastest form measured
+# on that platform: results/README.md, "FAVOR's forms" and "The CPU's batch groups".
 FORMS = {
     "cpu": Form(block=512, chunk=128, span=128, batch_tokens=256, batch_bytes=4 << 20),
     "gpu": Form(block=262144, chunk=64, span=65536),
@@ -93,7 +53,7 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   Args:
     q: [B, Lq, H, d]; k: [B, Lk, H, d]; v: [B, Lk, H, dv]; any float dtype.
     W: [m, d] from `projection`; None only for generalized kernels.
-    kernel: one of `features.KERNELS` (`positive` is FAVOR+; `gerf` FAVOR++;
+    kernel: one of `kernels.KERNELS` (`positive` is FAVOR+; `gerf` FAVOR++;
       `derf`, `saderf` FAVOR#, see exponential.py).
     causal: unidirectional attention (needs Lq == Lk), computed chunk by
       chunk: masked quadratic attention inside a chunk plus a running
@@ -139,10 +99,10 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
                              ("batch_tokens", batch_tokens, 0)):
     if value is not None and not (isinstance(value, int) and value >= least):
       raise ValueError(f"{name} must be a Python int >= {least}, got {value!r}")
-  data_dependent = kernel in features.DATA_DEPENDENT_KERNELS
+  data_dependent = kernel in kernels.DATA_DEPENDENT_KERNELS
   if statistics is not None and not data_dependent:
     raise ValueError(f"kernel {kernel!r} takes no statistics (only "
-                     f"{', '.join(features.DATA_DEPENDENT_KERNELS)} do)")
+                     f"{', '.join(kernels.DATA_DEPENDENT_KERNELS)} do)")
   if data_dependent and causal and statistics is None:
     raise ValueError(f"causal {kernel!r} attention needs statistics from outside the sequence "
                      "(running averages); the sequence's own would let outputs see later tokens")
@@ -152,7 +112,7 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   if mask is None:
     mask = jnp.ones(k.shape[:2], bool)
   concrete = not any(isinstance(x, jax.core.Tracer) for x in (q, k, mask, scale))
-  if kernel in features.EXPONENTIAL_KERNELS and concrete:
+  if kernel in kernels.EXPONENTIAL_KERNELS and concrete:
     numerics.check_norms(q, k, mask, scale)
   lengths, length = form(), max(q.shape[1], k.shape[1])
   if causal:
@@ -182,7 +142,7 @@ def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causa
   with jax.default_matmul_precision("float32"):  # not TF32 (a GPU's default): logs need float32
     dtype = v.dtype
     q_params = k_params = None
-    if kernel in features.DATA_DEPENDENT_KERNELS:
+    if kernel in kernels.DATA_DEPENDENT_KERNELS:
       if statistics is None:  # bidirectional: this sequence's real tokens
         q_mask = mask if q.shape[1] == k.shape[1] else None
         statistics = (exponential.moments(q * scale, q_mask), exponential.moments(k * scale, mask))

@@ -1,9 +1,6 @@
 """The layout of FAVOR's passes: shape checks, and [B, L, H, e] arrays read in blocks.
 
-Heads stay inside a block ([B, block, H, e]) and are moved in front only
-there (`heads_first`): for B = 1 the block view is a free reshape, where a
-head-major layout measured a copy of each input and of the output.
-"""
+Heads stay inside a block and move in front only there (`heads_first`)."""
 
 import jax
 import jax.numpy as jnp

@@ -1,26 +1,6 @@
-"""Causal FAVOR, App. B.1, in chunkwise-parallel form (see attention.py for the numerics).
+"""Causal FAVOR, App. B.1, in chunkwise-parallel form: masked quadratic chunks plus a prefix state.
 
-The sequence is cut into chunks of C tokens. Inside a chunk, attention is
-masked and quadratic; across chunks it reads a K'^T V and K'^T 1 state. All
-chunks of a span (a run of n chunks) are computed at once: every chunk's own
-state, the states before each chunk by an exclusive prefix over chunks (a
-parallel prefix whose merge rescales to the larger reference, as online
-softmax merges partial sums; never a subtraction), then the intra-chunk and
-state products batched over chunks. Spans are read one after another by a
-loop that carries the state: one span per sequence leaves no loop at all;
-one chunk per span is the classic sequential pass.
-
-Numerics. Chunk i's reference r_f is the per-feature maximum c_f of the
-keys' logs up to its first position; its queries are normalised by
-N_t = max_f(a_tf + r_f), so every stored term is <= 1 and query t's largest
-term is >= 1 (the key that set r_f). A key of the chunk may outgrow r_f by
-`HEADROOM` nats; from the first key that grows further, the chunk's queries
-are recomputed token by token (decoding.token_update, exact at any growth).
-Every constant used at position t, the choice of path included, depends only
-on tokens <= t, so outputs never depend on later tokens, not even through
-rounding. Products may take bfloat16 operands; every sum, state and
-normaliser accumulates in float32.
-"""
+No output depends on later tokens, not even through rounding or the choice of exact path."""
 
 import functools
 import math

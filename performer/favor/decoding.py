@@ -1,9 +1,6 @@
 """Causal FAVOR one token at a time (App. B.1's prefix sums): incremental decoding.
 
-`token_update` is also the causal pass's exact path (causal.py): it adds
-one key to the prefix state against a reference that grows to the
-per-feature maximum of the keys' logs so far, which is exact at any growth.
-"""
+`token_update` is also the causal pass's exact path: it is exact at any growth of the key logs."""
 
 import jax.numpy as jnp
 

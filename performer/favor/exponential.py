@@ -1,50 +1,13 @@
 """FAVOR++ and FAVOR#: positive random features for SM(x, y) = exp(x.y) fitted to the data.
 
-x is a query and y a key, both already scaled by d^(-1/4); w ~ N(0, I_d).
-
-GERF, generalized exponential random features (FAVOR++; Likhosherstov et
-al., NeurIPS 2022, arXiv 2205.15317):
-  f(w, x) = D exp(A |w|^2 + B w.x + C |x|^2),
-  B = sqrt(1 - 4A), C = -1/2, D = (1 - 4A)^(d/4), A < 1/8.
-E[f(w, x) f(w, y)] = exp(x.y) for every such A, as E exp(2A|w|^2 + b.w) =
-(1 - 4A)^(-d/2) exp(|b|^2 / (2 (1 - 4A))); A = 0 is FAVOR+. One feature's
-variance is SM(x, y)^2 [(1 + 16 A^2 / (1 - 8A))^(d/2) exp(|x + y|^2 / (1 - 8A)) - 1]
-(theory.exponential_variance), least at
-  A*(rho) = (1 - 2 rho - sqrt((2 rho + 1)^2 + 8 rho)) / 16,  rho = |x + y|^2 / d,
-where the derivative of its log vanishes. Attention has one A per head and
-sequence, so rho is |x_i + y_j|^2 / d averaged over all pairs:
-(mean |x|^2 + mean |y|^2 + 2 mean(x).mean(y)) / d.
-
-DERF, dense exponential random features, and its simplified asymmetric form
-SADERF (FAVOR#; Likhosherstov et al., ICML 2023, arXiv 2302.00787). Rotating
-x and y by the same orthogonal Q, or scaling them by Psi and Psi^-1, keeps
-x.y, so GERF applied coordinate by coordinate to z = x T with its own A_l
-per coordinate stays unbiased:
-  phi(x) = prod_l (1 - 4 A_l)^(1/4) exp(sum_l (A_l w_l^2 + sqrt(1 - 4 A_l) w_l z_l) - |z|^2 / 2),
-the form features.py computes (divided by sqrt(m) for m features). Its
-variance is the GERF one taken per coordinate of z_x + z_y.
-* derf (the paper's SDERF): T = Q from P = mean(x x^T) + mean(y y^T) +
-  mean(x) mean(y)^T + mean(y) mean(x)^T = Q diag(s) Q^T, the average of
-  (x_i + y_j)(x_i + y_j)^T over pairs, and A_l = A*(s_l).
-* saderf: T = Psi for queries and Psi^-1 for keys, Psi = diag(psi) with
-  psi_l = (mean y_l^2 / mean x_l^2)^(1/4), which minimises the pair average
-  of |Psi x + Psi^-1 y|^2; then GERF's A* with that average. (The direction
-  of Psi is derived here; tests/favor/test_exponential.py checks that it,
-  not its inverse, lowers the variance.)
-
-Parameters never carry gradients (they are chosen, not learned) and are
-built from statistics (`Moments`) that the caller picks: bidirectional
-attention takes them from the real tokens of the sequence; causal attention
-must take them from tokens outside it (running averages; see
-attention/performer.py), or an output would depend on later tokens.
-"""
+Parameters come from query/key statistics, never learned; causal use needs outside statistics."""
 
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from performer.favor.features import DATA_DEPENDENT_KERNELS
+from performer.favor.kernels import DATA_DEPENDENT_KERNELS
 
 PSI_RANGE = (0.1, 10.0)  # psi is clipped: any Psi stays unbiased, and float32 logs stay sane
 _TINY = 1e-12  # floor of a second moment (a coordinate that is always 0)

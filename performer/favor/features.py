@@ -1,29 +1,6 @@
-"""Random-feature maps phi with phi(x)^T phi(y) ~ K(x, y).
+"""Random-feature maps phi with phi(x)^T phi(y) ~ K(x, y) (Sec. 2.2-2.3, Lemma 1).
 
-Softmax-kernel estimators SM(x, y) = exp(x.y): `positive` (SM+, Lemma 1),
-`hyperbolic` (SMhyp+, Lemma 1), `trig` (SMtrig, Sec. 2.3; the "cosine"
-kernel of App. D.3). Generalized kernels (Sec. 2.2, App. A.4, D.3):
-phi(x) = f(W x) / sqrt(m) + kernel_epsilon, or f(x) + kernel_epsilon without
-W, for f in relu, elu_plus_one (Katharopoulos et al. 2020), sigmoid, abs,
-gelu (jax.nn.gelu's default tanh approximation, within 5e-4 of the erf
-form), tanh and identity; and exp, phi(x) = exp(W x) / sqrt(m), which takes
-no epsilon. identity, tanh and gelu (like trig) can be negative, so
-attention's normaliser D can come near 0 or change sign with them.
-`taylor` is the deterministic map of Based (Arora et al. 2024, arXiv
-2402.18668), phi(x) = [1, x, vec(x x^T) / sqrt(2)], M = 1 + d + d^2, so that
-phi(x).phi(y) = 1 + x.y + (x.y)^2 / 2, the second-order Taylor expansion of
-exp(x.y); on attention's scaled inputs x = q d^(-1/4) that is Based's
-1 + q.k / sqrt(d) + (q.k)^2 / (2d). It has no random form and no epsilon.
-`gerf`, `derf` and `saderf` are positive estimators of SM(x, y) published
-after the paper (FAVOR++, FAVOR#) whose parameters come from statistics of
-the queries and keys: exponential.py derives them; here they share one form,
-phi(x) = prod_l (1 - 4 A_l)^(1/4) exp(sum_l (A_l w_l^2 + sqrt(1 - 4 A_l) w_l z_l)
-- |z|^2 / 2) / sqrt(m) with z = x T, which is `positive` at A = 0, T = I.
-
-Every map is returned in a split form, phi(x) = value * exp(log), so that
-attention can subtract maxima from `log` before exponentiating without ever
-overflowing (see `attention.py`). `feature_map` multiplies it out.
-"""
+Each map returns value * exp(log) so attention can subtract maxima before exponentiating."""
 
 import math
 from typing import NamedTuple
@@ -31,11 +8,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-SOFTMAX_KERNELS = ("positive", "hyperbolic", "trig")  # the paper's (Lemma 1, Sec. 2.3)
-DATA_DEPENDENT_KERNELS = ("gerf", "derf", "saderf")  # parameters from q and k (exponential.py)
-GENERALIZED_KERNELS = ("relu", "elu_plus_one", "exp", "identity", "sigmoid", "abs", "gelu",
-                       "tanh", "taylor")
-DETERMINISTIC_ONLY = ("taylor",)  # maps of x itself, never of W x
+from performer.favor.kernels import (DATA_DEPENDENT_KERNELS, DETERMINISTIC_ONLY, KERNELS,
+                                     SOFTMAX_KERNELS)
+
 # f of the bounded generalized kernels, phi = f(W x) / sqrt(m) + kernel_epsilon.
 _BOUNDED = {
     "relu": jax.nn.relu,
@@ -46,9 +21,6 @@ _BOUNDED = {
     "gelu": jax.nn.gelu,  # approximate=True, the tanh form (JAX's default)
     "tanh": jnp.tanh,
 }
-KERNELS = SOFTMAX_KERNELS + DATA_DEPENDENT_KERNELS + GENERALIZED_KERNELS
-# Kernels whose features have logs, and so a norm limit (numerics.MAX_NORM).
-EXPONENTIAL_KERNELS = SOFTMAX_KERNELS + DATA_DEPENDENT_KERNELS + ("exp",)
 
 
 class Features(NamedTuple):
@@ -123,7 +95,11 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0, params=None):
 
 
 def _exponential(x, W, params, log_norm):
-  """The data-dependent kernels' features (module docstring): x [..., n, d] -> logs [..., n, m]."""
+  """The data-dependent kernels' features: x [..., n, d] -> logs [..., n, m].
+
+  phi(x) = prod_l (1 - 4 A_l)^(1/4) exp(sum_l (A_l w_l^2 + sqrt(1 - 4 A_l) w_l z_l) - |z|^2 / 2)
+  / sqrt(m) with z = x T (params: A, T from exponential.py); `positive` at A = 0, T = I.
+  """
   z = x @ params.transform  # [..., n, d]
   A = params.A[..., None, :]  # [..., 1, d]
   wz = jnp.einsum("...d,md->...m", z * jnp.sqrt(1.0 - 4.0 * A), W.astype(jnp.float32))

@@ -1,12 +1,6 @@
-"""Split-form numerics shared by FAVOR's passes (see attention.py's module docstring).
+"""Split-form numerics shared by FAVOR's passes: norm-limited features and safe division by D.
 
-Features come as phi(x) = value * exp(log) (features.py). Every pass keeps a
-per-feature reference c_f for the keys' logs and normalises each query by
-its largest term, so nothing overflows and the estimator is the
-unstabilized one. This module holds what those passes share: the features
-of a block of inputs with the norm limit applied, and the safe division by
-the normaliser D.
-"""
+The passes subtract per-feature maxima from the logs so nothing overflows (docs/ARCHITECTURE.md)."""
 
 import jax
 import jax.numpy as jnp

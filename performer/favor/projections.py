@@ -1,9 +1,4 @@
-"""Random projection matrices W ([m, d]) for random-feature attention.
-
-Sources: the paper's Sec. 2.4 and Appendix B.2 (orthogonal random features:
-R-ORF, H-ORF, G-ORF), Sec. 2.3 (SMREG: rows of norm sqrt(d)), and simplex
-random features (Reid et al., ICML 2023, arXiv 2301.13856).
-"""
+"""Random projection matrices W ([m, d]) for random-feature attention (Sec. 2.3-2.4, App. B.2)."""
 
 import functools
 import math

@@ -1,9 +1,6 @@
 """References: exact softmax attention, Eq. (1)-(2), and FAVOR's attention matrix made explicit.
 
-Shapes follow Flax: q, k, v are [B, L, H, d]; a key padding mask is [B, L]
-bool, True = real token. These form L x L matrices: they are the oracles
-of the tests and the maps of experiments/attention_maps.py, not a fast path.
-"""
+They form L x L matrices: oracles for tests and attention maps, not a fast path."""
 
 import jax
 import jax.numpy as jnp

@@ -1,14 +1,4 @@
-"""Closed-form mean squared errors of softmax-kernel estimators (Lemma 2).
-
-For x, y in R^d, SM(x, y) = exp(x.y), m iid features w ~ N(0, I_d):
-  MSE(trig) = 1/(2m) exp(|x+y|^2) SM(x,y)^-2 (1 - exp(-|x-y|^2))^2
-  MSE(pos)  = 1/m    exp(|x+y|^2) SM(x,y)^2  (1 - exp(-|x+y|^2))
-  MSE(hyp)  = 1/2 (1 - exp(-|x+y|^2)) MSE(pos)
-and Theorem 2's guaranteed gain of orthogonal features (m <= d):
-  MSE(pos, ort) <= MSE(pos) - (1 - 1/m) 2/(d+2) (SM(x,y) - exp(-(|x|^2+|y|^2)/2))^2.
-(The squared term is the published one; it vanishes at x = -y, where both
-estimators are exact. The text extraction in shared/paper lost it.)
-"""
+"""Closed-form mean squared errors of softmax-kernel estimators (Lemma 2, Theorem 2)."""
 
 import numpy as np
 

@@ -1,13 +1,6 @@
 """Figures and tables: each reads result files or run folders and writes; none recomputes anything.
 
-A figure module declares NAME (as given to `performer figure NAME`) and
-SUMMARY (its one-line help); READS = "runs" when it reads `performer train`
-run folders, `render(run_dirs, out_path)`, else it reads one input,
-`render(input_path, out_path)`, by default where the experiment whose
-FIGURE it is writes (its OUT: runs/, never the committed results/), or its
-own INPUT; TABLE = True when it writes NAME.md and NAME.csv; OUT names a
-runs figure's file. The tables below are read from those declarations.
-"""
+Figure modules declare NAME, SUMMARY, READS, TABLE, OUT, INPUT: read from source, never imported."""
 
 import dataclasses
 import glob

@@ -1,13 +1,4 @@
-"""Fig. 13 (App. C.4): normalised BLOSUM62 beside the amino-acid similarity from attention.
-
-Panels: BLOSUM62 min-max normalised over its off-diagonal entries (so that
-0 is the least and 1 the most similar pair of different residues), then the
-attention similarity (Pearson correlation across heads, Vig et al. 2020) of
-each matrix kind in the aa-similarity result (FAVOR's implicit matrix and/or
-exact softmax), with its Pearson r against BLOSUM62 over the 190 pairs
-a < b in the title. Diagonals (1 by construction) and undefined entries are
-blank. Reads the JSON result only.
-"""
+"""Fig. 13 (App. C.4): normalised BLOSUM62 beside the amino-acid similarity from attention."""
 
 import matplotlib.pyplot as plt
 import numpy as np

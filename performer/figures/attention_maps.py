@@ -1,16 +1,6 @@
 """Figs. 10-11 (App. C.4): one protein's attention matrices, from an attention-maps result.
 
-Writes three images: `out` (a grid, one row per layer and one column per
-head, of the model's own maps: FAVOR's implicit matrix for a Performer run,
-else exact softmax), `<out stem>_exact.<ext>` (the same grid of exact softmax
-of the same q, k; Performer runs only) and `<out stem>_zoom.<ext>` (Fig. 11:
-two heads over the first 25 tokens, residue letters on the axes, weights as
-they are, not renormalised over the 25). The zoomed heads are chosen from the
-result's per-head numbers: the most diagonal (largest share within |i - j| <=
-1) and the most vertical (largest average attention onto one position) of the
-other heads. Each cell has its own colour scale, 0 to its maximum. Reads the
-JSON and the .npz it names; never recomputes the maps.
-"""
+Writes the model's maps, exact softmax's (Performer runs) and a two-head zoom; never recomputes."""
 
 import os
 import textwrap

@@ -1,20 +1,6 @@
 """Fig. 5: a trained Transformer's weights loaded into other attentions, then fine-tuned.
 
-Reads fine-tuned run folders (TrainConfig.init_from set; `performer train`
-scores the transferred model on valid at step 0) and draws validation (solid)
-and train (dashed) accuracy against the fine-tuning step: one panel per
-dataset and direction, one colour per variant, named as in the paper's
-Fig. 5 from the run's attention and options (positive features with or
-without redrawing, trig, SMREG, Linformer, the Transformer continued). The
-source Transformer's last validation accuracy, read from the init_from
-folder (or, once the runs are archived elsewhere, from the folder of that
-name beside the fine-tuned run), is a grey dotted line. A variant with
-several seeds is drawn as their mean at the steps they share, with a band
-from the lowest to the highest seed on validation. Each panel's y-range is
-fitted to validation and the source line (what the claims compare); train
-curves outside it are named in the panel, not drawn off-scale. Never
-recomputes anything.
-"""
+Reads fine-tuned run folders (TrainConfig.init_from set); never recomputes anything."""
 
 import os
 

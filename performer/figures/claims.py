@@ -1,41 +1,6 @@
 """The paper's protein claims decided on our runs by the verdict rule (performer/verdicts.py).
 
-The claims are declared here, before any run (`CLAIMS`), in families, one
-table each. Table 2 / Fig. 6 (Sec. 4.3), per direction: Performer-softmax
-matches the Transformer; Performer-ReLU is better than the Transformer
-(Table 2: (U) 31.58 vs 30.80, (B) 36.09 vs 33.32); the Reformer (U) and the
-Linformer (B) are worse than the Transformer. Fig. 5 (Sec. 4.2, fine-tunes
-of a trained Transformer): positive features with redrawing match the
-continued Transformer; trig is worse and no-redraw is worse than positive;
-SMREG is better (faster convergence, read at the fine-tune's end); Linformer
-is worse. Fig. 15 (App. D.2): without redrawing is worse than with. Fig. 16
-(App. D.3): the cosine (trig) kernel is worse than ReLU. Each is decided on
-test accuracy from the runs' per-sequence eval files
-(eval_test_sequences.npz): seed intervals plus a paired bootstrap over test
-sequences, TOST for "matches", Holm over each family. A family is shown
-when its runs are given.
-
-Margin: delta = DELTA_FRACTION of what exact attention gains over the
-identity-attention control of the same direction (its measured mean gain):
-the paper's own (B) "matches" gap, 0.32 pp, is 1.4% of the Transformer's
-23.4 pp over the empirical baseline; at our scale a tenth of the gain is the
-finest margin a few seeds can resolve, and we say so beside the verdict.
-
-Scale gate: per direction, exact attention must beat the identity control by
-GATE_FACTOR minimum detectable effects (verdicts.Gate); where it does not,
-that direction's claims are "not testable at this scale". OOD accuracy is
-reported, not judged: the paper makes no claim about it (its own Table 2
-puts Performer-ReLU above the Transformer on test and below it on OOD, (U)).
-
-Runs are grouped by model and by their recorded settings less the replicate
-keys (seed, and Fig. 15's feature_seed), so a fine-tune or a Fig. 15 run is
-never pooled with the Fig. 6 runs of its model; runs trained by hand group
-with Fig. 6's. A group has as many replicates as seeds it was trained with:
-where that is one (the appendix runs, within the mini budget), the verdict
-is inconclusive and the row still shows the difference and the test set's
-part of its interval. Groups compared at different steps, or without
-per-sequence files, are not decided.
-"""
+Claims are declared before any run (`CLAIMS`); margin, gate, grouping: docs/ARCHITECTURE.md."""
 
 import dataclasses
 import json
@@ -339,8 +304,8 @@ def render(run_dirs, out_path):
            "Differences: mean test accuracy of the first model minus the second, over seeds; "
            "intervals combine the seeds' t interval and a paired bootstrap over test sequences. "
            + runs.SCORED,
-           "The rule, the margins and why: the docstrings of performer/figures/claims.py and "
-           "performer/verdicts.py.",
+           "The rule, the margins and why: docs/ARCHITECTURE.md, performer/verdicts.py and "
+           "performer/figures/claims.py.",
            "Sensitivity (not the declared rule): seed j of every model shares its data order "
            "and (B) mask draws, so the last column decides each claim again with seeds paired "
            "(a t interval over per-seed differences); '-' where the two models do not have the "

@@ -1,17 +1,6 @@
 """Fig. 6: training curves of protein runs, train dashed and validation solid.
 
-Reads the metrics.jsonl of run folders (runs.py) and draws one metric
-(accuracy in %, perplexity or loss) against the step: one panel per
-direction that has runs ((U), then (B)), one colour per model, the same in
-both panels. A model with one seed is drawn as it ran; one with several as
-the mean over its seeds at the steps they share, with a band from the
-lowest to the highest seed on validation. A dotted grey line marks the
-empirical-frequency baseline (Table 2) where the runs' test evals give it.
-Below each panel, the validation curves alone with the y-range fitted to
-them: the models differ by tenths of a point, which the full range (from
-the first step's accuracy and the baseline) hides. Legends sit beside the
-panels. Never recomputes anything.
-"""
+Reads run folders' metrics.jsonl (runs.py); never recomputes anything."""
 
 import math
 
@@ -19,6 +8,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from performer import attention
 from performer.errors import UserError
 from performer.figures import runs
 from performer.figures.io import check_figure_path, figure_format, save_figure
@@ -29,8 +19,6 @@ READS = "runs"  # render(run folders, out)
 OUT = "fig6_{metric}.png"  # in the first run's parent folder
 
 METRICS = {"accuracy": "accuracy (%)", "perplexity": "perplexity", "loss": "loss (nats per token)"}
-COLOURS = {"Transformer": "C3", "Performer-softmax": "C0", "Performer-ReLU": "C2",
-           "Reformer": "C1", "Linformer": "C4", "Linear": "C5", "Identity": "k"}
 STYLES = {"train": "--", "valid": "-"}
 SCORED = {"U": "(U) unidirectional, all positions", "B": "(B) bidirectional, masked positions"}
 
@@ -48,15 +36,24 @@ def curve(run, split, metric):
   return [r["step"] for r in rows], [scale * r[metric] for r in rows]
 
 
+def colour_of(run):
+  """The run's backend's colour (attention.info), grey for a backend not registered."""
+  return attention.info(run.attention).colour if run.attention in attention.names() else "0.5"
+
+
 def _panel(ax, direction, groups, metric, zoom=False):
   """Draws one direction's runs (zoom: validation alone, no legend or baseline); returns the
   number of lines drawn."""
-  drawn, handles = 0, []
-  spare = iter(f"C{i}" for i in range(10) if f"C{i}" not in COLOURS.values())  # other labels
+  drawn, handles, used = 0, [], set()
+  present = {colour_of(g[0]) for (d, _), g in groups.items() if d == direction}
+  spare = iter([f"C{i}" for i in range(10) if f"C{i}" not in present] + ["0.5"])
   for (d, label), group in groups.items():
     if d != direction:
       continue
-    colour = COLOURS.get(label) or next(spare, "0.5")
+    colour = colour_of(group[0])
+    if colour in used:  # another model of the same backend (Fig. 7 right: depths)
+      colour = next(spare, "0.5")
+    used.add(colour)
     for split in ("valid",) if zoom else STYLES:
       style = STYLES[split]
       steps, values = seed_curves(group, split, metric)  # values [seeds][steps]

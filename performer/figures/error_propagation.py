@@ -1,12 +1,4 @@
-"""Fig. 14: a Transformer against its own weights with FAVOR+, relative error against layer.
-
-Reads an error-propagation result file. One column of panels per setting
-(trained, init), one row per quantity: the residual stream after block l,
-the output distribution of the model cut after block l, and block l's
-attention alone on the Transformer's own input (no error carried in). One
-line per m: the mean over the draws, the band their minimum to maximum (a
-log axis cannot show mean - std below 0). Never recomputes the experiment.
-"""
+"""Fig. 14: a Transformer against its own weights with FAVOR+, relative error against layer."""
 
 import os
 

@@ -1,25 +1,11 @@
 """Fig. 16 (App. D.3): generalized-attention kernels on TrEMBL, accuracy against step, log-log.
 
-Reads Performer run folders (gin/trembl_b_performer_kernels.gin, one per
-KERNEL) and draws validation accuracy (solid, markers) and train accuracy
-(dashed, thin) in % against the step on log-log axes, as the paper, one
-colour per kernel (a kernel's further runs thinner and lighter), labelled
-with the kernel from the run's config; beside it, validation accuracy of
-the kernels that end within ZOOM_POINTS of the best, on linear axes (log
-axes flatten the differences among them), and the test set's empirical
-baseline where the runs' test evals give it. Identity-attention runs among
-them (no token mixing) are the control: a black dash-dot validation line in
-both panels, not a kernel. A kernel with several runs gets, in the zoom, a
-band from its lowest to its highest seed. A run that a NaN or Inf
-stopped (diverged.json, written by train/loop.py) ends in an 'x' at the step
-it stopped at, and its legend entry says "NaN at step S". Never recomputes
-anything.
-"""
+Reads Performer run folders, one per kernel; identity-attention runs are the control."""
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from performer import attention
+from performer import attention, favor
 from performer.errors import UserError
 from performer.figures import runs
 from performer.figures.curves import SCORED, STYLES, curve, seed_band, seed_curves
@@ -29,15 +15,6 @@ NAME = "kernels"  # performer figure NAME
 SUMMARY = "Fig. 16 accuracy of generalized-attention kernels, log-log, NaN stops (--runs)"
 READS = "runs"  # render(run folders, out)
 OUT = "fig16_kernels.png"  # in the first run's parent folder
-
-# Fig. 16's order and names of f (Sec. 2.2), then the softmax features; our name first.
-KERNEL_LABELS = {"sigmoid": "sigmoid", "exp": "exp (exponential)", "relu": "relu",
-                 "abs": "abs (absolute)", "gelu": "gelu", "trig": "trig (cosine)",
-                 "tanh": "tanh", "identity": "identity kernel f(x) = x",
-                 "elu_plus_one": "elu_plus_one",
-                 "positive": "positive (FAVOR+)", "hyperbolic": "hyperbolic"}
-COLOURS = dict(zip(KERNEL_LABELS, [f"C{i}" for i in range(10)] + ["k"]))
-
 
 def options(run):
   """The run's attention options as it used them: the backend's defaults (attention.info)
@@ -50,13 +27,17 @@ def kernel_of(run):
   kernel, else the backend's default.
 
   Raises:
-    UserError: the run's backend has no feature kernel (not a Performer).
+    UserError: the run's backend has no feature kernel (not a Performer), or the kernel is
+      unknown.
   """
   if "kernel" not in options(run):
     with_kernel = [n for n in attention.names() if "kernel" in attention.info(n).defaults]
     raise UserError(f"{run.path}: attention {run.attention!r} has no feature kernel; give "
                     f"{' or '.join(with_kernel)} runs")
-  return run.setting("kernel", options(run)["kernel"])
+  kernel = run.setting("kernel", options(run)["kernel"])
+  if kernel not in favor.KERNELS:
+    raise UserError(f"{run.path}: unknown kernel {kernel!r}; known: {', '.join(favor.KERNELS)}")
+  return kernel
 
 
 def one_direction(loaded):
@@ -102,7 +83,7 @@ def mark_divergence(ax, run, colour, last_value, *, log_x=False):
 def _labels(loaded):
   """{run path: legend label}: the kernel, and the folder name where kernels repeat."""
   kernels = [kernel_of(run) for run in loaded]
-  return {run.path: KERNEL_LABELS.get(k, k) + (f" ({run.name})" if kernels.count(k) > 1 else "")
+  return {run.path: favor.kernel(k).label + (f" ({run.name})" if kernels.count(k) > 1 else "")
           for run, k in zip(loaded, kernels)}
 
 
@@ -148,7 +129,7 @@ def render(run_dirs, out_path):
   direction = one_direction(loaded)
   loaded = [r for r in loaded if r.attention != "identity"]
   labels = _labels(loaded)
-  order = sorted(loaded, key=lambda r: (list(KERNEL_LABELS) + [kernel_of(r)]).index(kernel_of(r)))
+  order = sorted(loaded, key=lambda r: favor.KERNELS.index(kernel_of(r)))
   check_figure_path(out_path)
   fig, (ax, zoom) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained",
                                  gridspec_kw={"width_ratios": (3, 2)})
@@ -156,7 +137,7 @@ def render(run_dirs, out_path):
   for kernel in dict.fromkeys(map(kernel_of, order)):
     group = [r for r in order if kernel_of(r) == kernel]
     steps, values = seed_curves(group, "valid", "accuracy")
-    seed_band(zoom, steps, values, COLOURS.get(kernel, "C7"), alpha=0.15)
+    seed_band(zoom, steps, values, favor.kernel(kernel).colour, alpha=0.15)
   for run in controls:
     steps, values = loggable(*curve(run, "valid", "accuracy"))
     for axis in (ax, zoom):
@@ -199,7 +180,7 @@ def _kernel_curves(ax, zoom, order, labels):
   valid curve on the zoom too; returns (curves drawn, legend handles, final valid accuracies)."""
   drawn, handles, seen, finals = 0, [], [], []
   for run in order:
-    colour = COLOURS.get(kernel_of(run), "C7")
+    colour = favor.kernel(kernel_of(run)).colour
     label, ends = labels[run.path], []
     width, alpha = (1.8, 1.0) if kernel_of(run) not in seen else (1.0, 0.55)
     seen.append(kernel_of(run))

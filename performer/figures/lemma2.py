@@ -1,15 +1,4 @@
-"""Fig. 2 (Sec. 2.3, Lemma 2): trig against positive random features, from a lemma2 result file.
-
-Left: log10 of the utility r = MSE(trig) / MSE(positive) over angle phi and
-(symmetrized, signed) length l, red where positive features are the more
-accurate, with the contour r = 1 and the slice's lengths dashed. Middle: the
-slice l = const, both closed-form MSEs (log y) with the Monte Carlo means and
-+-1 sample standard error; hollow markers are points whose exact standard
-error exceeds 20% of the MSE (heavy tails: the mean is not trustworthy
-there); an inset shows the low-kernel region on a linear axis (the paper's
-upper-right corner). Right: r along the slice, closed form and Monte Carlo
-ratio, with the crossing r = 1. Never recomputes the experiment.
-"""
+"""Fig. 2 (Sec. 2.3, Lemma 2): trig against positive random features, from a lemma2 result file."""
 
 import math
 
@@ -17,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
+from performer import favor
 from performer.errors import UserError
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
@@ -26,7 +16,6 @@ SUMMARY = "Fig. 2 MSE ratio r of trig to positive features (--input lemma2 JSON)
 REQUIRED = {"phi": float, "l": float, "kernel_value": float, "mse_trig": float,
             "mse_positive": float, "r": float, "mc_trig": float, "mc_trig_se": float,
             "mc_positive": float, "mc_positive_se": float}
-COLOURS = {"trig": "C3", "positive": "C0"}
 CLIP = 6.0  # colour scale of log10 r saturates beyond +-CLIP decades
 
 
@@ -137,9 +126,9 @@ def render(input_path, out_path):
 def _mse_panel(ax, curve, positive, drawn, config, slice_length):
   """Both estimators' MSE along the slice, Lemma 2's curves and the Monte Carlo points (log)."""
   for kernel in ("trig", "positive"):
-    ax.plot(curve["phi"], positive[f"mse_{kernel}"], color=COLOURS[kernel],
+    ax.plot(curve["phi"], positive[f"mse_{kernel}"], color=favor.kernel(kernel).colour,
             label=f"{kernel}, Lemma 2")
-    _mc_points(ax, drawn, kernel, f"{kernel}, Monte Carlo", COLOURS[kernel])
+    _mc_points(ax, drawn, kernel, f"{kernel}, Monte Carlo", favor.kernel(kernel).colour)
   ax.set_yscale("log")
   if drawn:
     ax.set_ylim(bottom=0.3 * min(min(r["mse_trig"], r["mse_positive"]) for r in drawn))
@@ -157,10 +146,10 @@ def _low_panel(ax, curve, rows, low, slice_length):
   near = curve["phi"] >= from_angle
   pts = [r for r in rows if r["phi"] >= from_angle]
   for kernel in ("trig", "positive"):
-    ax.plot(curve["phi"][near], curve[f"mse_{kernel}"][near], color=COLOURS[kernel])
+    ax.plot(curve["phi"][near], curve[f"mse_{kernel}"][near], color=favor.kernel(kernel).colour)
     ax.errorbar([r["phi"] for r in pts], [r[f"mc_{kernel}"] for r in pts],
                 yerr=[r[f"mc_{kernel}_se"] for r in pts], linestyle="none", marker="o",
-                markersize=3, capsize=2, color=COLOURS[kernel])
+                markersize=3, capsize=2, color=favor.kernel(kernel).colour)
   ax.set_ylim(bottom=0)
   ax.set_xlim(from_angle, math.pi)
   ax.set_ylabel("MSE (linear)")

@@ -1,19 +1,8 @@
-"""Fig. 4: MSE of FAVOR attention against m, from an approx-error result file.
-
-One row of panels per input scale: left, the projections of each kernel
-that has several (chi scaling: iid and structured, H-ORF and G-ORF, against
-orthogonal; the title names those drawn; no left column when no kernel has
-two); right, the kernels against each other, each with one projection
-(orthogonal where the file has it, else iid, H-ORF, G-ORF in that order; the
-panel title says which), and SMREG and any other scaling. Every variant in
-the file is drawn. Lines are means over the samples, error bars
-one standard deviation (clipped at the bottom, log axis), hollow markers the
-medians. Legends sit beside the panels, off the curves. Never recomputes the
-experiment.
-"""
+"""Fig. 4: MSE of FAVOR attention against m, from an approx-error result file."""
 
 import matplotlib.pyplot as plt
 
+from performer import favor
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
 NAME = "mse-vs-m"  # performer figure NAME
@@ -22,12 +11,9 @@ SUMMARY = "Fig. 4 MSE of FAVOR attention against m (--input approx-error JSON)"
 REQUIRED = {"kernel": str, "projection": str, "scaling": str, "m": float, "mse_mean": float,
             "mse_std": float, "mse_median": float, "samples": float, "input_scale": float}
 
-COLOURS = {"positive": "C0", "hyperbolic": "C1", "trig": "C3", "gerf": "C2", "derf": "C4",
-           "saderf": "C6"}
 STYLES = {"orthogonal": "-", "iid": "--", "hadamard": ":", "givens": "-.", "simplex": (0, (5, 1))}
 NAMES = {"orthogonal": "ORF", "iid": "IID", "hadamard": "H-ORF", "givens": "G-ORF",
          "simplex": "SimRF"}
-ESTIMATORS = {"gerf": "gerf (FAVOR++)", "derf": "derf (FAVOR#)", "saderf": "saderf (FAVOR#)"}
 PREFERENCE = ("orthogonal", "iid", "hadamard", "givens", "simplex")  # a kernel's right-panel curve
 
 
@@ -60,9 +46,18 @@ def _projection_panel(variants):
   return chosen, "Projections " + " vs ".join(NAMES.get(k, k) for k in kinds)
 
 
+def _colour(kernel):
+  """The kernel's colour (favor.kernel); grey for a name the registry does not know."""
+  return favor.kernel(kernel).colour if kernel in favor.KERNELS else "0.5"
+
+
 def _label(variant):
+  """The legend of (kernel, projection, scaling): the kernel's label (favor.kernel), its ORF /
+  IID / ... name, and SMREG where the rows are scaled to |w| = sqrt(d)."""
   kernel, kind, scaling = variant
-  return f"{ESTIMATORS.get(kernel, kernel)}, {NAMES.get(kind, kind)}" + (", SMREG (|w| = sqrt(d))" if scaling == "sqrt_d" else "")
+  name = favor.kernel(kernel).label if kernel in favor.KERNELS else kernel
+  return f"{name}, {NAMES.get(kind, kind)}" + (", SMREG (|w| = sqrt(d))" if scaling == "sqrt_d"
+                                                 else "")
 
 
 def render(input_path, out_path):
@@ -95,7 +90,7 @@ def render(input_path, out_path):
       for variant in shown:
         curve = sorted((r for r in at_scale if (r["kernel"], r["projection"], r["scaling"]) == variant),
                        key=lambda r: r["m"])
-        label, colour = _label(variant), COLOURS.get(variant[0], "C7")
+        label, colour = _label(variant), _colour(variant[0])
         style = STYLES.get(variant[1], "-") if variant[2] == "chi" else (0, (3, 1, 1, 1))
         m = [r["m"] for r in curve]
         mean = [r["mse_mean"] for r in curve]

@@ -1,9 +1,6 @@
 """The paper's protein numbers (App. C.1 Table 1, App. C.3 Table 2, Fig. 6), as data.
 
-Our tables print these beside our own results. Model labels are ours (see
-figures/runs.py): the paper's "Performer (generalized)" is Performer-ReLU,
-its generalized-attention default being the ReLU kernel (App. A.4).
-"""
+Our tables print them beside ours; the paper's "Performer (generalized)" is Performer-ReLU."""
 
 # Table 1 (App. C.1), TrEMBL single sequences: split -> length statistics
 # (residues per sequence, before clipping to L = 1024). The text file lost the

@@ -1,32 +1,6 @@
 """Associative recall (MQAR): accuracy against the attention's state, and the paper's claims there.
 
-Reads the recall study's archived runs (performer/plans/recall.py; each
-records settings task, row, lr, seed). Per task (L, kv), two panels: test
-accuracy against the state one attention layer keeps (the axis of Based's
-Fig. 3: M x d_head for a feature map of M features, L x d_head for exact
-attention and the Reformer, whose caches grow with L), one marker per row,
-the FAVOR+ rows at each m joined; and accuracy against m for the FAVOR+
-rows, with the m-sized variants beside it. Markers are seed means, bars the
-range over seeds; the identity control is a dashed line. Beside the image,
-<stem>.md/.csv (and .json): every row's mean, range, seeds and its
-"unlucky" seeds (below half of the row's median: a random-feature draw or
-initialisation that never learned), then the claims with the verdict rule's
-verdicts (performer/verdicts.py).
-
-The claims (CLAIMS), declared before the runs, per task: FAVOR+ matches
-exact attention (at each m; the smallest m from which it holds is the
-answer to "from which m"); FAVOR+ without redrawing is worse than with;
-trig features are worse than positive ones; iid projections are worse than
-orthogonal ones; Performer-ReLU matches FAVOR+ (Table 2 puts them within
-0.8 pp in (U)); and, from the papers after it, FAVOR++, FAVOR# and simplex
-features are better than FAVOR+. The variant rows are compared at the budget's m (the
-`num_features` of their row). Seeds are paired across rows (seed j of every
-row shares its initialisation stream, data order and first features), so
-the seed part of each interval is a paired t interval; the test set's part
-is the paired bootstrap. Margin delta: DELTA_FRACTION of what exact
-attention gains over the identity control of the task; gate: exact must
-beat the control by verdicts.GATE_FACTOR MDEs, else "not testable".
-"""
+Reads the recall study's archived runs (plans/recall.py); `CLAIMS` are declared before the runs."""
 
 import json
 import os
@@ -108,21 +82,17 @@ def _declared(rows, reference):
 
 
 def state_size(run):
-  """Floats one attention layer keeps per head and sequence: M x d_head (linear attention's
-  K'^T V) or L x d_head (a KV cache: exact, Reformer); 0 for identity."""
+  """Floats one attention layer keeps per head and sequence (attention.BackendInfo.state_size).
+
+  Raises:
+    UserError: a backend that declares no state size.
+  """
   model = run.config["model"]
-  d = model["d_model"] // model["num_heads"]
-  if run.attention in ("exact", "reformer"):
-    return run.config["data"]["seq_len"] * d
-  if run.attention == "identity":
-    return 0
-  opts = attention.options(run.attention, model.get("attention_options"))
-  if run.attention == "linear" or opts.get("features") == "deterministic":
-    r = opts.get("feature_dim") or d  # Based's feature_dim: q and k mapped to r dimensions
-    features = 1 + r + r * r if opts.get("kernel") == "taylor" else r
-  else:
-    features = opts["num_features"] * (2 if opts["kernel"] in ("hyperbolic", "trig") else 1)
-  return features * d
+  size = attention.info(run.attention).state_size
+  if size is None:
+    raise UserError(f"{run.path}: attention {run.attention!r} declares no state size")
+  return size(attention.options(run.attention, model.get("attention_options")),
+              run.config["data"]["seq_len"], model["d_model"] // model["num_heads"])
 
 
 def _by_task(loaded):

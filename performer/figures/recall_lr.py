@@ -1,11 +1,6 @@
 """The recall study's learning rates, chosen on valid (performer/plans/recall.py's tuning runs).
 
-Zoology reports the best of four rates per model; here each row's rate is
-the one of best valid accuracy among its tuning runs, never read on test.
-Runs that stopped early (their valid accuracy reached TrainConfig.
-stop_accuracy) beat every run that did not, and among them the one that
-stopped first wins: past the target, accuracy is only where the run stopped.
-"""
+Each row's rate is the one of best valid accuracy among its tuning runs, never read on test."""
 
 import json
 import os

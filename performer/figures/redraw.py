@@ -1,14 +1,4 @@
-"""Fig. 15 left and middle (App. D.2): redrawing softmax features, and softmax against ReLU.
-
-Reads Performer run folders and sorts them by their configs:
-performer_softmax runs with positive features go to the left panel, each
-with its feature seed (attention_options seed, which draws W) and its
-redraw_every (0: never redrawn); those that redraw also go to the right
-panel, against performer_relu runs with ReLU features. Each run is drawn
-as validation (solid, markers) and train (dashed) accuracy in % against
-the step; a run that a NaN stopped (diverged.json) ends in an 'x'. Left:
-warm colours never redraw, cool colours redraw. Never recomputes anything.
-"""
+"""Fig. 15 left and middle (App. D.2): redrawing softmax features, and softmax against ReLU."""
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
@@ -103,7 +93,7 @@ def _right(ax, softmax, relu):
       detail = f"positive, {_setting(run)}, " if model == "Performer-softmax" else ""
       label = f"{model} ({detail}feature seed {feature_seed(run)}, train seed {run.seed})"
       width, alpha = (1.8, 1.0) if i == 0 else (1.0, 0.55)
-      handles.append(_draw(ax, run, curves.COLOURS[model], label, width, alpha))
+      handles.append(_draw(ax, run, curves.colour_of(run), label, width, alpha))
   return handles
 
 

@@ -1,11 +1,6 @@
 """Run folders (`performer train` workdirs) as the protein tables and curves read them.
 
-A run folder holds config.json (the operative config), metrics.jsonl (one
-row per log or eval: step, split "train" | "valid", loss, accuracy,
-perplexity, ...) and, after `performer eval`, eval_<split>.json per split.
-Nothing here recomputes a metric: (B) runs were scored on the masked
-positions and (U) runs on all positions by train/eval (App. A.1).
-"""
+Nothing here recomputes a metric: (B) runs are scored on masked positions, (U) on all (App. A.1)."""
 
 import dataclasses
 import json

@@ -1,21 +1,9 @@
-"""Fig. 3: time and peak memory against L, from a `performer speed` result file.
-
-One row of two log-log panels (time, memory) per (config, model or layer,
-direction, mode) in the file; one curve per attention (and chunk size), the
-identity attention (the paper's OPT, the largest possible speed-up) dashed,
-the exact attentions (naive, blockwise, jax.nn.dot_product_attention)
-dash-dotted and performer-pytorch dotted.
-A row whose results vary the chunk size (a `--chunk-sizes` study) is drawn
-against the chunk size instead (linear y axes from 0), one curve per
-(attention, L), with any attention without chunks as a flat dotted line.
-A series that ran out of memory or time says so in its legend entry; legends
-sit beside the panels, sorted by attention and then by number. Never
-recomputes anything.
-"""
+"""Fig. 3: time and peak memory against L, from a `performer speed` result file."""
 
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from performer import attention
 from performer.figures.io import check_figure_path, figure_format, load_rows, save_figure
 
 NAME = "speed"  # performer figure NAME
@@ -23,15 +11,20 @@ SUMMARY = "Fig. 3 time and memory against L (--input speed JSON)"
 
 REQUIRED = {"config": str, "attention": str, "direction": str, "mode": str, "L": float,
             "status": str}
-COLOURS = {"exact": "C3", "exact_blockwise": "C1", "exact_dot_product": "C5",
-           "performer_softmax": "C0", "performer_relu": "C2", "performer_favorpp": "C9",
-           "performer_favorsharp": "C4", "performer_pytorch": "C8", "identity": "k",
-           "favor_scan": "C6"}
+# Curves that are not a registered backend (a backend's colour is its attention.info's).
+OTHER_COLOURS = {"performer_pytorch": "0.5", "favor_scan": "m"}
 # Dashed: the OPT bound; dash-dotted: the exact attentions; dotted: other libraries.
 LINESTYLES = {"identity": "--", "exact": "-.", "exact_blockwise": "-.", "exact_dot_product": "-.",
               "performer_pytorch": ":"}
 TAGS = {"bidirectional": "(B)", "causal": "(U)"}
 MODES = {"fwd": "forward", "fwdbwd": "forward + backward"}
+
+
+def _colour(name):
+  """A curve's colour: its backend's (attention.info), else OTHER_COLOURS', else grey."""
+  if name in attention.names():
+    return attention.info(name).colour
+  return OTHER_COLOURS.get(name, "0.3")
 
 
 def _series(row, by_chunk):
@@ -72,7 +65,7 @@ def _draw(ax_time, ax_mem, group, by_chunk):
       label += f" ({failed[0]['status']} at {where})"
     # One colour per curve: by attention, unless an attention has several curves.
     unique = attentions.count(key[0]) == 1
-    style = dict(color=COLOURS.get(key[0], "C7") if unique else f"C{i % 10}", marker="o",
+    style = dict(color=_colour(key[0]) if unique else f"C{i % 10}", marker="o",
                  markersize=3, linestyle=LINESTYLES.get(key[0], "-"), label=label)
     memory = [r for r in ok if r.get("peak_bytes")]
     for ax, points, value in ((ax_time, ok, lambda r: r["median_ms"] / 1e3),

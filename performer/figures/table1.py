@@ -1,11 +1,4 @@
-"""Table 1: TrEMBL split sizes and sequence lengths, ours beside the paper's (App. C.1).
-
-Reads the stats.json of a `performer prepare-trembl` folder: per split the
-number of sequences and their length min / max / mean / std / median
-(before clipping to L), and the concat task's chunk counts. A split the
-dataset lacks (no OOD without a family mapping) prints "-" with a note.
-Writes Markdown and CSV (figures/tables.py). Never recomputes anything.
-"""
+"""Table 1: TrEMBL split sizes and sequence lengths, ours beside the paper's (App. C.1)."""
 
 import json
 import os

@@ -1,13 +1,4 @@
-"""Table 2: test and OOD accuracy / perplexity of protein runs, beside the paper's (App. C.3).
-
-One row per run folder (direction, model, seed, step, test and OOD accuracy %
-and perplexity from its eval_test.json / eval_ood.json, "-" where a file is
-absent), a "mean over seeds" row for a model with several seeds, and per
-direction the empirical-frequency baseline that `performer eval` stores in
-the same files. The paper's numbers sit beside ours on each model's summary
-row (its mean row, else its one run); a model the paper reports and no run
-covers gets a row of its own. Writes Markdown and CSV. Never recomputes.
-"""
+"""Table 2: test and OOD accuracy / perplexity of protein runs, beside the paper's (App. C.3)."""
 
 from performer.figures import paper, runs
 from performer.figures.tables import Column, csv_path, write_table

@@ -1,9 +1,6 @@
 """Writing a table as Markdown (for reading) and CSV (for tools), shared by the table figures.
 
-`--out X.md` writes X.md and X.csv with the same rows and columns: the
-Markdown rounds numbers by each column's format and prints a missing value
-as "-"; the CSV keeps full precision and leaves missing values empty.
-"""
+`--out X.md` writes X.md and X.csv; Markdown rounds per column, CSV keeps full precision."""
 
 import csv
 import dataclasses

@@ -1,12 +1,6 @@
 """Reversible residual layers (Gomez et al. 2017; used by Reformer, Kitaev et al. 2020).
 
-Two streams: y1 = x1 + F(x2), y2 = x2 + G(y1), with F the attention and G the
-MLP sublayer of a block. One custom VJP covers the whole stack and keeps only
-the final (y1, y2): the backward pass rebuilds each layer's inputs from its
-outputs (x2 = y2 - G(y1), x1 = y1 - F(x2)), so activation memory does not grow
-with depth. F and G take explicit dropout keys, so the recomputation replays
-the same masks; random features are never redrawn in it.
-"""
+One custom VJP over the stack rebuilds each layer's inputs, so memory does not grow with depth."""
 
 import functools
 

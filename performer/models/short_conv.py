@@ -1,12 +1,6 @@
 """A gated causal short convolution: Zoology's BaseConv (Arora et al. 2023, Sec. 4).
 
-y_t = (sum_{j < K} w_j * x_{t-j} + b) * (W x_t + c): a depthwise convolution
-over the last K positions (each channel its own K taps), multiplied by a
-linear gate of the current position. Placed before attention it hands each
-token its predecessors' content, so a value at t sees its key at t - 1;
-without it no linear attention learns MQAR in any published setting.
-Causal: y_t reads x_{t-K+1} .. x_t only (positions before 0 read zeros).
-"""
+Before attention it hands each token its predecessors' content, so a value sees its key."""
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +25,7 @@ class ShortConv(nnx.Module):
     self.gate = nnx.Linear(features, features, dtype=dtype, rngs=rngs)
 
   def __call__(self, x):
-    # K shifted multiply-adds: XLA's CPU grouped convolution took 45 ms of a 60 ms MQAR step
-    # (Zoology's model, batch 128); these take about 12 ms.
+    # K shifted multiply-adds: on the CPU, XLA's grouped convolution took most of an MQAR step.
     taps, length = self.kernel[...].astype(self.dtype), x.shape[1]
     padded = jnp.pad(x.astype(self.dtype), ((0, 0), (len(taps) - 1, 0), (0, 0)))
     y = sum(padded[:, j:j + length] * taps[j] for j in range(len(taps)))

@@ -1,13 +1,6 @@
 """A pre-LayerNorm Transformer language model whose attention is chosen by name.
 
-Token + learned position embeddings, `num_layers` blocks of attention and an
-MLP of width d_ff (none for d_ff = 0), each as x + Dropout(f(LayerNorm(x))),
-a final LayerNorm and a linear head to the vocabulary. Transformer, Performer, Linformer and
-Reformer models differ only by `config.attention`. Zoology's recall models
-(ModelConfig.conv_kernel) add a gated short convolution sublayer before each
-attention (models/short_conv.py) and may drop position embeddings and tie the
-head to the embedding.
-"""
+Transformer, Performer, Linformer and Reformer models differ only by `config.attention`."""
 
 import jax
 import jax.numpy as jnp

@@ -1,11 +1,6 @@
 """Experiment plans: every reproduction run declared once, as typed jobs, and the studies' registry.
 
-A study is a module with STUDY (its name), SUMMARY (one line) and
-jobs(ctx) -> [Job]. `build` gathers the data jobs and every study's jobs
-for one budget; `select` keeps what --only asks for and the jobs those need;
-`resolve` checks every job before any work starts and fingerprints it.
-Adding a study is its module and one entry in STUDIES.
-"""
+A study is a module with STUDY, SUMMARY and jobs(ctx), listed in STUDIES."""
 
 import dataclasses
 import difflib

@@ -1,24 +1,6 @@
 """`performer archive`: a run's compact outputs, kept where they can be committed, and put back.
 
-Run folders vanish with the machine that ran them and checkpoints are too big
-to commit. A finished run's archive, DEST/<run name>/, holds what every table
-and figure reads (FILES: the config, metrics.jsonl, diverged.json, the data's
-fingerprint, the early-stop record, the eval files with their per-sequence
-sums; a few hundred KB) and, under `stamps/`,
-the plan stamps of the jobs that made it. `--checkpoint` adds the last
-checkpoint, for runs that other jobs start from (Fig. 5's fine-tunes, the
-probes). An archive that exists is replaced only with `--replace` (the
-plan's archive jobs pass it: they archive each run again when it changes),
-and never when it is the run, or holds it, or lies inside it: replacing it
-would delete the run.
-
-`restore` is the other half, used by `performer reproduce` before it runs: an
-archived run whose train job has the plan's fingerprint is copied back into
-an empty run folder with its stamps, so on a fresh machine the plan counts it
-done and trains only what is left. A run restored without its checkpoint can
-be read by every figure but not evaluated again or started from. `--status`
-and dry runs copy nothing: `preview` marks what a run would restore.
-"""
+`restore` copies archived runs back, so a fresh machine trains only what is left."""
 
 import dataclasses
 import glob

@@ -1,12 +1,6 @@
 """Budgets: how big each study's runs are (tiny, mini, paper), as typed values.
 
-Each budget names the gin file that sizes its models (given after a paper-size
-config, it overrides sizes only) and the few numbers the studies scale with
-it. Attention sizes scale with the model: m = 4 d_head as the paper's 256 at
-d_head = 64; Linformer's k = 0.59 L as the paper's 600 at L = 1024. The
-appendix runs redraw W every `redraw_every` steps: at the mini budget the
-paper's period, 1000, would never redraw in a 250-step fine-tune.
-"""
+Attention sizes scale with the model: m = 4 d_head, as the paper's 256 at d_head = 64."""
 
 import dataclasses
 
@@ -72,7 +66,7 @@ class Budget:
     reformer_options: the Reformer's attention_options.
     probe_args: extra flags of each probe command (smaller probes for tiny).
     jobs: jobs at a time on one machine by default (two one-core trains
-      are 1.45x faster than one on both of 2 cores; paper runs want a
+      outrun one on both of 2 cores: docs/reproducing.md; paper runs want a
       whole machine each).
     results: where tables and figures go ("{runs}" as above).
     sample_fasta: True: the tiny budget's proteins are the sample proteome,
@@ -142,8 +136,8 @@ BUDGETS = {
                            splits=("test", "test_shuffled", "test_kv4"),
                            rows=("exact", "favor_m8", "favor_iid", "relu", "identity"),
                            tune_families=True, tune_steps=2, mechanism=True)),
-    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (measured times:
-    # docs/reproducing.md); concatenated proteins at L = 1024 (there: why). Results: results/.
+    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (wall times:
+    # results/README.md); concatenated proteins at L = 1024 (docs/reproducing.md: why).
     "mini": Budget(
         name="mini", protein_gin=("gin/reproduce/mini.gin",), text_gin=("gin/mini/pg19_sizes.gin",),
         data="runs/data/swissprot", text_data="runs/data/pg19-sample", num_features=64,

@@ -1,14 +1,6 @@
 """The datasets the studies read: Swiss-Prot with Pfam labels for the OOD split, and PG-19 text.
 
-mini and paper: Swiss-Prot 2014_01 from Debian's archive (get_swissprot.sh),
-labelled by a Pfam HMM search (label-pfam: a survey of 20,000 sequences,
-then the held-out families in all), prepared with those families held out.
-tiny: the sample proteome, labelled and prepared the same way in small.
-PG-19: the real sample book (mini, tiny); the paper budget reads a PG-19
-prepared beforehand. `--data` replaces the protein jobs by a dataset
-prepared elsewhere. These commands check their own inputs and do nothing
-when their output is complete, so a data job is done when its outputs exist.
-"""
+A data job is done when its outputs exist: its commands check their own inputs."""
 
 import os
 

@@ -1,13 +1,6 @@
 """Fig. 15 (redrawing): Performer-softmax with W redrawn and never redrawn, three seeds of W.
 
-The seeds are the feature draw's (attention_options seed), not the weights'.
-The paper ran two; the third is the verdict rule's floor of three
-replicates per compared model (and what the claim's MDE needs to fall under
-its delta: fig15_claims.md's projection from the first two).
-fig6's (U) softmax and ReLU runs, every seed, give the figure's right panel. Each run is
-evaluated on test and archived; the figure and fig15_claims.md read the
-archives.
-"""
+The seeds are the feature draw's (attention_options seed), not the weights'."""
 
 from performer.plans import fig6
 from performer.plans import job as job_lib

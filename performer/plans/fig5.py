@@ -1,16 +1,6 @@
 """Fig. 5 (backward compatibility): trained Transformers fine-tuned with other attention.
 
-The weights of fig6's (U) and (B) Transformers are fine-tuned as the
-Transformer itself (continued), as Performers with positive features redrawn
-and never redrawn, with trig features and with SMREG scaling; in (B) also as
-a Linformer. The paper's right panel is PG-19: here the real sample book,
-whose Transformer (fig5_text_source) is fine-tuned the same ways. The protein
-fine-tunes are evaluated on test (per-sequence sums) for fig5_claims.md, in
-three seeds (the verdict rule's floor; a fine-tune's seed varies its dropout,
-data order and features, the weights it starts from are the source's); the
-text runs, one book, are shown, not judged. Every run is archived; the
-figure reads seed 0 of each variant, the claims all seeds.
-"""
+Fine-tunes fig6's (U) and (B) Transformers; the paper's PG-19 panel here uses the sample book."""
 
 from performer.plans import fig6
 from performer.plans import job as job_lib

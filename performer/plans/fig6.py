@@ -1,44 +1,19 @@
 """Fig. 6 and Table 2 (Sec. 4.3): the protein language models, evaluated on test and OOD.
 
-(U) Transformer, Performer-softmax, Performer-ReLU, Reformer; (B) Transformer,
-Performer-softmax, Performer-ReLU, Linformer; in both directions the identity
-attention control of the verdicts' scale gate (performer/verdicts.py). Each
-model has up to REPLICATES seeds (a seed varies initialisation, dropout, data
-order and random features): the verdicts need two at least, and three give
-the seed variance a few degrees of freedom.
-
-Compute goes where a verdict can change. First every seed of the scale
-gate's models (the identity control and the Transformer), then seed 0 of the
-others; `fig6_gate` decides the gate (figure claims on the gate's runs, its
-.json beside the table). The later seeds of the other models join the plan
-only in a direction whose gate passed: where exact attention does not beat
-the control clearly, the claims are "not testable at this scale" whatever
-more seeds would show. Once every run of those three seeds is archived,
-`fig6_seeds` decides the claims on them and projects where more seeds (up
-to claims.MOST_SEEDS per model) would bring an inconclusive claim's minimum
-detectable effect under its delta; only the models of those claims get the
-extra seeds. The local launcher builds the plan again when a decision file
-appears and goes on; under SLURM, run `performer reproduce` again after
-each.
-
-Each run is archived once evaluated (archive.py: its config, metrics and
-per-sequence evals under <results>/runs/, small enough to commit), and the
-tables and figures read the archives, so every number in results/ comes
-from committed files. Then Table 1, Table 2, the claims and the Fig. 6
-curves.
-"""
+Staged: the scale gate's runs first, then further seeds only where a verdict can still change."""
 
 
 from performer import attention
-from performer.figures import claims
+from performer.figures import claims, paper
 from performer.plans import job as job_lib
 from performer.plans.context import options
 
 STUDY = "fig6"
 SUMMARY = ("Fig. 6 / Table 2: eight protein models in (U) and (B) and an identity control per "
            "direction, test and OOD evals, tables")
-MODELS = {"u": ("exact", "performer_relu", "performer_softmax", "reformer", "identity"),
-          "b": ("exact", "performer_relu", "performer_softmax", "linformer", "identity")}
+# The paper's models per direction (figures.paper.FIG6), and the identity control of the gate.
+MODELS = {d.lower(): (*map(attention.by_label, labels), "identity")
+          for d, labels in paper.FIG6.items()}
 REPLICATES = (0, 1, 2)
 GATE = ("identity", "exact")  # every seed of these first: the scale gate reads them
 GATE_FILE = "fig6_gate.md"  # figure claims of the gate's runs; its .json says passed or not

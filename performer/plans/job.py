@@ -1,9 +1,6 @@
 """A plan's unit of work: a typed job, sweeps that make many of them, and a job's fingerprint.
 
-A job is one command (a `performer` subcommand or a script) with the jobs
-it needs and the outputs that mark it done. Studies (fig6.py, fig5.py, ...)
-build their jobs from a Budget; launchers (local.py, slurm.py) run them.
-"""
+A job is one command, the jobs it needs and the outputs that mark it done."""
 
 import dataclasses
 import hashlib

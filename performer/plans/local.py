@@ -1,15 +1,6 @@
 """The local launcher: N jobs at a time on this machine, each pinned to its share of the cores.
 
-A job starts as soon as every job it needs has finished (no waves). Each runs
-in a session of its own, so a SIGTERM, Ctrl-C or SIGHUP (a closed terminal,
-a dropped ssh) sent to the launcher's whole process group reaches the
-launcher alone, which passes one SIGTERM to each running job: `performer
-train` then saves a checkpoint after its step and exits. The launcher waits
-for them, says which jobs were interrupted and exits with 130; a re-run
-resumes them. Should the launcher die anyway (SIGKILL), the kernel sends its
-jobs SIGTERM (PR_SET_PDEATHSIG), so nothing keeps running unseen, and their
-stamps, which name the launcher's pid, read as interrupted (state.py).
-"""
+A job starts once every job it needs has finished; a stop signal lets each train save first."""
 
 import ctypes
 import os

@@ -1,10 +1,8 @@
 """Probes without training: Fig. 2 (Lemma 2), Fig. 14 (error propagation), App. C.4 (attention).
 
-Fig. 14 probes fig6's Transformers, App. C.4 its (B) Performer-softmax: the
-attention maps of BPT1_BOVIN (P00974, as the paper; at the tiny budget the
-first protein that fits L) and the amino-acid similarity against BLOSUM62.
-"""
+Fig. 14 probes fig6's Transformers, App. C.4 its (B) Performer-softmax (on BPT1_BOVIN, P00974)."""
 
+import importlib
 import os
 
 from performer.plans.job import Job
@@ -33,13 +31,12 @@ def jobs(ctx):
                     needs=("b_performer_softmax", "proteins")))
   out.append(_probe(ctx, "aa_similarity", ("aa-similarity", "--run", softmax, "--data", ctx.data),
                     ctx.result("aa_similarity.json"), needs=("b_performer_softmax", "proteins")))
-  figures = {"lemma2": ("lemma2", "fig2_lemma2.png"),
-             "error_propagation_u": ("error-propagation", "fig14_error_propagation_u.png"),
-             "error_propagation_b": ("error-propagation", "fig14_error_propagation_b.png"),
-             "attention_maps": ("attention-maps", "fig10_attention_maps.png"),
-             "aa_similarity": ("aa-similarity", "fig13_aa_similarity.png")}
+  pngs = {"lemma2": "fig2_lemma2.png", "error_propagation_u": "fig14_error_propagation_u.png",
+          "error_propagation_b": "fig14_error_propagation_b.png",
+          "attention_maps": "fig10_attention_maps.png", "aa_similarity": "fig13_aa_similarity.png"}
   for probe in list(out):
-    figure, png = figures[probe.name]
+    png, command = pngs[probe.name], probe.command[1].replace("-", "_")
+    figure = importlib.import_module(f"performer.experiments.{command}").FIGURE  # what draws it
     out.append(ctx.figure(png.removesuffix(".png"), (figure, "--input", probe.outputs[0]), png,
                           needs=(probe.name,), study=STUDY))
   return out

@@ -1,32 +1,6 @@
-"""Associative recall (MQAR, performer/data/mqar.py): every attention of the zoo on a task where
-attention variants really differ.
+"""Associative recall (MQAR, data/mqar.py): every attention of the zoo, on a task where they differ.
 
-Zoology's shape (Arora et al. 2023, Fig. 2): 2 attention-only layers, one
-head, d_model 64, (U), next-token recall scored at the queries only. The rows
-(ROWS) are exact softmax; FAVOR+ (positive orthogonal features, chi norms,
-stabilised, redrawn every step) at each m of the budget's sweep; at the
-budget's m, FAVOR+ never redrawn, with iid projections, hyperbolic, trig and
-SMREG features; the estimators published after the paper, FAVOR++ (GERF),
-FAVOR# (SADERF) and simplex projections (does a lower kernel variance buy
-recall?); Performer-ReLU with random W and with deterministic
-features; elu+1 (linear attention); Based's Taylor map on q and k mapped
-to TAYLOR_DIM dimensions first, as Based does (on all 64 it would have
-4,161 features); the Reformer; and identity attention, the
-chance control.
-
-The learning rate of each row is chosen, not tuned by eye: first one run per
-row (or per row family, FAMILIES, with Recall.tune_families) and rate of the
-budget's grid (seed TUNE_SEED, none of the replicates'), evaluated on valid;
-`recall_lr` writes the table and the choice, the rate of best valid accuracy
-(ties: the smaller rate), to <results>/<study>_lr.json. Then the replicates
-of every row at its chosen rate, evaluated on the design's test splits (the
-fixed 3,000 examples every model sees). The local launcher builds the plan
-again once the rates exist and goes on; under SLURM run `performer
-reproduce` again after it. A budget with one rate has no tuning runs.
-`recall` draws the figure and decides the claims (figures/recall.py).
-`study_jobs` builds any design: plans/recall_conv.py runs Zoology's own
-setting with it.
-"""
+Each row's learning rate is chosen on valid by tuning runs; `study_jobs` builds any design."""
 
 import os
 

@@ -1,15 +1,6 @@
 """What SLURM says of the jobs a plan's stamps record as submitted to it or running there.
 
-A SLURM job writes its own stamp when it starts and when it ends (running,
-then done, failed, interrupted: local.run_one). One that is cancelled,
-killed at its time limit, lost with its node, or left waiting on a need
-that failed (PENDING with reason DependencyNeverSatisfied: it will never
-start) writes no end, so its stamp alone would say "submitted" or "running"
-forever. `check` asks squeue (the queue) and then sacct (how jobs that left
-it ended) about every such stamp; a job gone without an end is failed or
-interrupted, and the launchers run it again. Nothing is written to the
-stamps: the answer rides on the Plan (Plan.slurm) and state.state reads it.
-"""
+A SLURM job that ended without recording its end in its stamp is found here, to be run again."""
 
 import dataclasses
 import shutil

@@ -1,14 +1,6 @@
-"""The SLURM launcher: one `sbatch` per unfinished job, each waiting (afterok) for the jobs it needs.
+"""The SLURM launcher: one `sbatch` per unfinished job, each waiting (afterok) for those it needs.
 
-Every job is submitted with scripts/slurm/job.sbatch, which runs
-`performer reproduce <the plan's flags> --job NAME` on its node: the job
-alone, in the foreground, writing its stamp and log as the local launcher
-does. Resources go by job kind (RESOURCES, replaced per kind by --sbatch
-KIND='ARGS'). Jobs already finished are not submitted; a need submitted
-earlier and still queued is waited for by its SLURM id. What SLURM did with
-the jobs submitted before (cancelled, timed out, never to start) is asked
-first (scheduler.py): those gone without recording an end are submitted again.
-"""
+Each job runs scripts/slurm/job.sbatch, `performer reproduce ... --job NAME`, on its node."""
 
 import os
 import shlex

@@ -1,13 +1,6 @@
 """Where each job of a plan stands: stamps written by the launchers, logs, the status table.
 
-A job's stamp, <runs>/.plan/<job>.json, says what the last attempt did
-(running, done, diverged, failed, interrupted, submitted) and with which
-fingerprint; a running one also names its processes (pid, launcher) and,
-under SLURM, its SLURM job (slurm_id). A job is done when its stamp says
-done with the plan's fingerprint and its outputs exist: a job changed since
-(other bindings, other steps) or whose outputs were deleted is to do again. Each attempt
-logs to <runs>/logs/<job>/<attempt>.log.
-"""
+A job is done when its stamp says done with the plan's fingerprint and its outputs exist."""
 
 import json
 import os

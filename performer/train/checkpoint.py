@@ -1,9 +1,6 @@
 """Checkpoints with orbax: model state (random features included), optimizer state, step.
 
-The step is also the input pipeline's position (pipeline.py), and dropout is
-reseeded from (seed, step), so restoring a step resumes the run exactly. RNG
-stream state is not saved for that reason.
-"""
+RNG streams are not saved: the data position and dropout are functions of (seed, step)."""
 
 import contextlib
 import os

@@ -1,8 +1,6 @@
 """A run's configuration: optimizer and schedule (paper App. A.2), and the whole resolved set.
 
-Each dataclass checks itself once when built; `Config` is what the loop,
-eval and the probes take, resolved from gin by configurables.resolve().
-"""
+`Config` is what the loop, eval and probes take, resolved from gin by configurables.resolve()."""
 
 import dataclasses
 import json

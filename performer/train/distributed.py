@@ -1,9 +1,6 @@
 """Joining the processes of a multi-host job, and printing so that their logs stay apart.
 
-`initialize` must run before any JAX computation: afterwards jax.devices()
-lists the devices of every process, and each jit runs on all of them (the
-mesh in sharding.py spans them). One process needs none of this.
-"""
+`initialize` must run before any JAX computation; a single process needs none of this."""
 
 import dataclasses
 import math

@@ -1,9 +1,6 @@
-"""A run that meets a non-finite loss or gradient stops, keeps its last good checkpoint, and says why.
+"""A run meeting a non-finite loss or gradient stops, keeps its last good checkpoint, says why.
 
-The loop checks the fetched sums every log_every steps (`stop_if_diverged`);
-<workdir>/diverged.json marks where the run stopped, for figures (Fig. 16
-draws an x there) and for the plans, which keep such a run as it stopped.
-"""
+<workdir>/diverged.json marks where it stopped, for the figures and the plans."""
 
 import contextlib
 import json

@@ -1,10 +1,6 @@
 """Stopping a run once its validation accuracy reaches TrainConfig.stop_accuracy (Zoology: 99%).
 
-The run saves a checkpoint where it stopped and <workdir>/stopped_early.json
-says why; run again, it is complete, like a run at TrainConfig.steps. The
-learning-rate schedule is that of the whole run (steps), so a run stopped at
-step s is the one an uninterrupted run would have been at s.
-"""
+A run stopped at step s is the one an uninterrupted run would have been at s."""
 
 import json
 import os

@@ -1,17 +1,6 @@
 """performer eval: metrics of a trained workdir on a split, written to eval_<split>.json.
 
-Beside it, eval_<split>_sequences.npz holds the same sums per example
-(sequence, or PG-19 window): ids [N] int64 (the split's example index), and
-loss_sum, correct_sum, tokens [N] float32, so that verdicts can bootstrap
-over the test set from files (performer/verdicts.py). `evaluate` is also the
-training loop's validation.
-
-For protein data it adds the empirical amino-acid frequency baseline of
-Table 2: predict every target from the token frequencies of the train split
-(accuracy of always guessing the commonest token, perplexity of the
-frequency distribution), over exactly the positions the model is scored on.
-The frequencies come from the first BASELINE_TRAIN_BATCHES batches of train.
-"""
+Also writes per-example sums (eval_<split>_sequences.npz), which the verdicts bootstrap over."""
 
 import itertools
 import json

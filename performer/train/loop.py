@@ -1,17 +1,6 @@
 """The training loop: run(cfg, workdir) trains the model of a Config, resuming if it can.
 
-One code path for 1 device, N devices and N processes: the state is laid
-out on a device mesh (sharding.py) and the step jitted with explicit
-shardings. The loop fetches sums and checks for NaN every log_every steps,
-not every step. Running it again on a workdir continues from the latest
-checkpoint: the input pipeline position, dropout and random features are
-functions of the step, so a killed and resumed run ends exactly where an
-uninterrupted one does, on any device count. Ctrl-C or SIGTERM stops after
-the current step and saves a checkpoint first (preemption.py); a NaN stops
-the run where it was good (divergence.py); the state and the jitted step
-come from state.py. The loop takes a resolved typed Config: gin stays in
-the CLI (configurables.py).
-"""
+One code path for any device or process count; a resumed run ends where an unbroken one would."""
 
 import contextlib
 import functools

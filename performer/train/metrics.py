@@ -1,11 +1,6 @@
 """Metrics as sums plus a denominator, reduced once on the host (paper App. A.1).
 
-(U): over all real positions; (B): over the masked positions only (the
-weights say which). Per token: bits_per_token = loss / ln 2, perplexity =
-exp(loss). PG-19 adds word_perplexity = exp(multiplier * loss), where the
-split's multiplier (SentencePiece tokens per word, App. A.1.1) turns the
-per-token loss into a word-level one; the row records that multiplier.
-"""
+(U) scores all real positions, (B) the masked ones only; PG-19 adds word-level perplexity."""
 
 import functools
 import math

@@ -1,9 +1,6 @@
 """Ctrl-C and SIGTERM (a scheduler's preemption, a launcher stopping) stop a run after its step.
 
-The loop saves a checkpoint at the next step boundary and stops, so a
-resumed run continues exactly; the processes of a multi-process run agree
-on that step at a log step.
-"""
+The loop saves a checkpoint at the next step boundary, so a resumed run continues exactly."""
 
 import contextlib
 import signal

@@ -1,13 +1,6 @@
 """Resuming a workdir: only the same run may continue in it.
 
-A workdir's config.json says what its checkpoints are. A resume whose
-resolved config differs in what the run is (model, attention and its
-options, data, task, optimizer, seeds, init_from) stops with an error
-naming the difference: a Performer-ReLU run resumed as Performer-softmax
-would otherwise train on and be mislabelled in every table. Settings that
-say how long and how often (MAY_CHANGE) may change; each change is recorded
-in <workdir>/resumes.jsonl with the step it took effect at.
-"""
+A resume that changes what the run is stops with an error; how long and how often may change."""
 
 import json
 import os

@@ -1,16 +1,6 @@
 """The device mesh, and where each array of a run lives on it.
 
-One code path serves 1 device, N devices and N hosts: a `jax.sharding.Mesh`
-with axes `data` (the batch is split along it) and `model` (attention heads
-and MLP units can be split along it), over every device of every process.
-Parameters and optimizer state are placed by logical axis rules, as in t5x
-and big_vision: each parameter's dimensions have logical names (PARAM_AXES:
-vocab, embed, heads, mlp), and MeshConfig.rules maps each name to a mesh axis
-or to None (replicated). The defaults replicate over `data` and split heads
-and MLP over `model`, a no-op at model = 1; FSDP_RULES also split the embed
-dimension over `data`, which shards parameters and Adam's moments FSDP-style.
-A dimension that its mesh axis does not divide stays replicated.
-"""
+Axes `data` (the batch) and `model` (heads, MLP units); parameters placed by logical-axis rules."""
 
 import dataclasses
 

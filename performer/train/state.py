@@ -1,12 +1,6 @@
 """The train state of a Config: model and optimizer (App. A.2), laid out on a mesh, and the step.
 
-Training, eval, throughput and trained-model loading build the state here:
-`build` makes the model and optimizer from TrainConfig.seed, `placed` lays
-them out on the device mesh (sharding.py), `jit_train_step` compiles
-steps.train_step with explicit shardings and donated state.
-Defaults follow App. A.2: Adam(b1 0.9, b2 0.98, eps 1e-9), learning
-rate 1e-3, gradient clipping 0.5, weight decay 0.1, dropout 0.1.
-"""
+Training, eval, throughput and trained-model loading all build their state here."""
 
 import functools
 import os

@@ -1,8 +1,6 @@
 """A trained `performer train` workdir as a model in memory, for experiments that probe it.
 
-Error propagation (Fig. 14) runs a Transformer's weights with FAVOR attention;
-attention maps (App. C.4) read a trained Performer's own random features.
-"""
+Fig. 14 runs a Transformer's weights with FAVOR; App. C.4 reads a Performer's own features."""
 
 import os
 

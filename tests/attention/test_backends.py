@@ -9,6 +9,7 @@ from flax import nnx
 from performer import attention, favor
 from performer.attention import redraw
 from performer.attention.registry import RandomFeatures
+from testlib import qkv
 
 B, L, H, D = 2, 29, 3, 8
 OPTIONS = {"performer_softmax": {"num_features": 64, "chunk_size": 8},
@@ -25,12 +26,11 @@ def _make(name, **extra):
 
 
 def _qkv(seed=0, length=L, dtype=jnp.float32):
-  ks = jax.random.split(jax.random.key(seed), 3)
-  return tuple(jax.random.normal(k, (B, length, H, D)).astype(dtype) for k in ks)
+  return qkv((B, length, H, D), seed, dtype=dtype)
 
 
 def _causal_names():
-  return [n for n in attention.names() if n != "linformer"]
+  return [n for n in attention.names() if attention.info(n).causal]
 
 
 @pytest.mark.parametrize("name", attention.names())
@@ -256,3 +256,31 @@ def test_decoding_a_data_dependent_layer_equals_its_causal_pass():
   for t in range(L):
     cache, out = layer.decode_step(cache, q[:, t], k[:, t], v[:, t])
     np.testing.assert_allclose(out, expected[:, t], rtol=1e-4, atol=1e-5)
+
+
+def test_every_backend_has_its_own_label_and_colour_and_is_found_by_its_label():
+  facts = [attention.info(n) for n in attention.names()]
+  assert len({i.label for i in facts}) == len({i.colour for i in facts}) == len(facts)
+  assert all(attention.by_label(i.label) == i.name for i in facts)
+  with pytest.raises(ValueError, match="no attention backend is labelled"):
+    attention.by_label("Performer")
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("linear", {}), ("performer_softmax", {"num_features": 8}),
+    ("performer_softmax", {"num_features": 8, "kernel": "trig"}),
+    ("performer_favorpp", {"num_features": 8}),
+    ("performer_relu", {"features": "deterministic"}),
+    ("performer_relu", {"kernel": "taylor", "features": "deterministic", "feature_dim": 3}),
+    ("performer_relu", {"num_features": 8, "kernel": "hyperbolic", "feature_dim": 5})])
+def test_the_declared_state_size_is_that_of_the_decoding_state(name, extra):
+  state, _, _ = _make(name, **extra).decode_init(1, 1, D)  # S: [B, H, M, dv]
+  options = attention.options(name, {**OPTIONS.get(name, {}), **extra})
+  assert attention.info(name).state_size(options, L, D) == state.shape[2] * state.shape[3]
+
+
+def test_a_kv_cache_holds_l_by_d_and_identity_nothing():
+  for name in ("exact", "reformer"):
+    assert attention.info(name).state_size({}, L, D) == L * D
+  assert attention.info("identity").state_size({}, L, D) == 0
+  assert attention.info("linformer").state_size is None

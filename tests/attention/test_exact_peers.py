@@ -9,13 +9,13 @@ from flax import nnx
 from performer import attention, favor
 from performer.attention import dot_product
 from performer.attention.blockwise import blockwise_attention
+from testlib import qkv
 
 B, L, H, D = 2, 37, 3, 8  # 37: no block length divides it
 
 
 def _qkv(seed=0, scale=2.0, length=L):
-  ks = jax.random.split(jax.random.key(seed), 3)
-  return tuple(scale * jax.random.normal(k, (B, length, H, D)) for k in ks)
+  return qkv((B, length, H, D), seed, scale)
 
 
 def _mask():

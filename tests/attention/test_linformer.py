@@ -24,7 +24,7 @@ def _make(**options):
 
 
 def _qkv(seed=0, shape=(B, L, H, D), scale=1.0):
-  return tuple(scale * jax.random.normal(k, shape) for k in jax.random.split(jax.random.key(seed), 3))
+  return testlib.qkv(shape, seed, scale)
 
 
 def test_projections_are_redrawn_per_step_and_layer_and_same_for_same_seed():

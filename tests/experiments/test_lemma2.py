@@ -24,7 +24,8 @@ def small_run(tmp_path_factory):
 
 
 def _hand_r(phi, l):
-  """Lemma 2's ratio written out for |x| = |y| = l at angle phi (module docstring)."""
+  """Lemma 2's ratio written out for |x| = |y| = l at angle phi (docs/ARCHITECTURE.md,
+  experiments/lemma2.py)."""
   c = np.cos(phi)
   return (0.5 * np.exp(-4 * l * l * c) * (1 - np.exp(-2 * l * l * (1 - c))) ** 2
           / (1 - np.exp(-2 * l * l * (1 + c))))

@@ -9,6 +9,7 @@ import pytest
 from scipy.special import logsumexp
 
 from performer import favor
+from testlib import qkv
 
 B, L, H, D, M = 2, 37, 3, 8, 11  # prime-ish sizes make shape mix-ups fail loudly
 # identity and the App. D.3 kernels: test_generalized_kernels.py (identity's and tanh's D nears 0
@@ -20,9 +21,7 @@ ALL = [(k, 1e-3 if k == "relu" else 0.0) for k in favor.KERNELS
 
 
 def _qkv(seed=0, scale=1.0, length=L, dtype=jnp.float32):
-  ks = jax.random.split(jax.random.key(seed), 3)
-  q, k, v = (jax.random.normal(kk, (B, length, H, D)) for kk in ks)
-  return (scale * q).astype(dtype), (scale * k).astype(dtype), v.astype(dtype)
+  return qkv((B, length, H, D), seed, scale, dtype, scale_values=False)
 
 
 def _W(m=M, seed=7, kind="orthogonal"):

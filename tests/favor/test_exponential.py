@@ -9,6 +9,7 @@ import pytest
 
 from performer import favor
 from performer.favor import exponential, theory
+from testlib import qkv
 
 D = 4
 KERNELS = favor.DATA_DEPENDENT_KERNELS
@@ -158,8 +159,7 @@ B, L, H, M = 2, 21, 3, 16
 
 
 def _qkv(seed=0, scale=1.0):
-  ks = jax.random.split(jax.random.key(seed), 3)
-  return tuple(scale * jax.random.normal(k, (B, L, H, D)) for k in ks)
+  return qkv((B, L, H, D), seed, scale)
 
 
 def _W(seed=7):

@@ -7,6 +7,7 @@ import pytest
 from scipy.special import erf
 
 from performer import attention, favor
+from testlib import qkv
 
 B, L, H, D, M = 2, 37, 3, 8, 11  # prime-ish sizes make shape mix-ups fail loudly
 # f of phi(x) = f(W x) / sqrt(m) + eps, written independently of features.py.
@@ -46,8 +47,7 @@ def _explicit(q, k, v, W, kernel, eps, causal, mask):
 
 
 def _qkv(seed=0, length=L):
-  ks = jax.random.split(jax.random.key(seed), 3)
-  return tuple(jax.random.normal(kk, (B, length, H, D)) for kk in ks)
+  return qkv((B, length, H, D), seed)
 
 
 def test_feature_maps_match_their_formulas():

@@ -4,20 +4,14 @@ import pytest
 
 from performer import cli, figures
 from performer.errors import UserError
-from performer.figures import curves
+from testlib import drawn
 
 ROWS = [(10, "train", 0.11, 17.0, 2.83), (20, "train", 0.17, 14.0, 2.64),
         (20, "valid", 0.13, 15.5, 2.74)]
 
 
 def _drawn(monkeypatch, tmp_path, folders, metric):
-  drawn = []
-  monkeypatch.setattr(curves, "save_figure", lambda fig, out: drawn.append(fig))
-  monkeypatch.setattr(curves.plt, "close", lambda fig: None)
-  figures.render("curves", folders, str(tmp_path / "f.png"), metric=metric)
-  (fig,) = drawn
-  fig.canvas.draw()
-  return fig
+  return drawn(monkeypatch, tmp_path, "curves", folders, metric=metric)
 
 
 def _lines(ax):

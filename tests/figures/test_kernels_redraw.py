@@ -10,6 +10,7 @@ from performer import cli, figures
 from performer.attention import performer as backends
 from performer.errors import UserError
 from performer.figures import kernels, redraw, runs
+from testlib import drawn
 
 # (step, split, accuracy, perplexity, loss)
 GOOD = [(50, "train", 0.08, 18.0, 2.9), (100, "train", 0.12, 16.0, 2.8),
@@ -19,14 +20,7 @@ EARLY = GOOD[:3]  # a run stopped after step 100
 
 
 def _drawn(monkeypatch, tmp_path, name, folders):
-  module = {"kernels": kernels, "redraw": redraw}[name]
-  drawn = []
-  monkeypatch.setattr(module, "save_figure", lambda fig, out: drawn.append(fig))
-  monkeypatch.setattr(module.plt, "close", lambda fig: None)
-  assert figures.render(name, folders, str(tmp_path / "f.png")) == str(tmp_path / "f.png")
-  (fig,) = drawn
-  fig.canvas.draw()
-  return fig
+  return drawn(monkeypatch, tmp_path, name, folders)
 
 
 def _lines(ax):
@@ -63,7 +57,7 @@ def test_kernels_log_log_one_colour_per_kernel_and_nan_crosses(tmp_path, monkeyp
   assert list(relu_train.get_xdata()) == [50, 100, 200]
   assert relu_valid.get_linestyle() == "-" and relu_train.get_linestyle() == "--"
   assert same_color(relu_valid.get_color(), relu_train.get_color())
-  colours = [lines[f"{k} valid"].get_color() for k in ("relu", "trig (cosine)", "tanh")]
+  colours = [lines[f"{k} valid"].get_color() for k in ("relu", "trig (SMtrig)", "tanh")]
   assert len({str(c) for c in colours}) == 3
   # Two NaN runs: two crosses, each in its run's colour at its diverged step.
   tanh_x, identity_x = sorted(_crosses(ax), key=lambda l: -l.get_xdata()[0])
@@ -72,12 +66,13 @@ def test_kernels_log_log_one_colour_per_kernel_and_nan_crosses(tmp_path, monkeyp
   assert same_color(tanh_x.get_color(), lines["tanh valid"].get_color())
   assert list(identity_x.get_xdata()) == [1]  # step 0 on a log axis
   assert list(identity_x.get_ydata()) == [0.03]  # no point to continue: the panel's bottom
-  assert not any(l.startswith("identity kernel") for l in lines)
-  # Legend: Fig. 16's kernel order and names, NaN steps, then the split key.
+  assert not any(l.startswith("identity f(x)") for l in lines)
+  # Legend: the kernels in the registry's order with its labels (favor/kernels.py), NaN steps,
+  # then the split key.
   legend = fig.legends[0]
   assert [t.get_text() for t in legend.get_texts()] == [
-      "relu", "trig (cosine)", "tanh: NaN at step 130", "identity kernel f(x) = x: NaN at step 0",
-      "positive (FAVOR+)", "train", "validation"]
+      "positive (FAVOR+)", "trig (SMtrig)", "relu", "identity f(x) = x: NaN at step 0",
+      "tanh: NaN at step 130", "train", "validation"]
   renderer = fig.canvas.get_renderer()  # beside the panels, off the curves
   for panel in (ax, zoom):
     assert not legend.get_window_extent(renderer).overlaps(panel.get_window_extent(renderer))

@@ -10,6 +10,7 @@ import pytest
 from performer import cli, figures
 from performer.errors import UserError
 from performer.figures import mse_vs_m
+from testlib import drawn
 
 
 def _row(kernel, kind, scaling, m, scale, mse):
@@ -71,14 +72,7 @@ def test_output_paths(tmp_path):
 
 
 def _drawn(monkeypatch, src, tmp_path):
-  """Renders and returns the matplotlib figure, drawn (so that legends have their places)."""
-  drawn = []
-  monkeypatch.setattr(mse_vs_m, "save_figure", lambda fig, out: drawn.append(fig))
-  monkeypatch.setattr(mse_vs_m.plt, "close", lambda fig: None)
-  figures.render("mse-vs-m", src, str(tmp_path / "f.png"))
-  (fig,) = drawn
-  fig.canvas.draw()
-  return fig
+  return drawn(monkeypatch, tmp_path, "mse-vs-m", src)
 
 
 def test_kernel_panel_shows_trig_whatever_its_projection(tmp_path, monkeypatch):
@@ -90,16 +84,18 @@ def test_kernel_panel_shows_trig_whatever_its_projection(tmp_path, monkeypatch):
   src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
   (right,) = _drawn(monkeypatch, src, tmp_path).axes  # one projection per kernel: no left column
   labels = lambda ax: [t.get_text() for t in ax.get_legend().get_texts()]
-  assert labels(right) == ["positive, ORF", "positive, ORF, SMREG (|w| = sqrt(d))", "trig, IID"]
+  assert labels(right) == ["positive (FAVOR+), ORF",
+                           "positive (FAVOR+), ORF, SMREG (|w| = sqrt(d))",
+                           "trig (SMtrig), IID"]
   assert right.get_title().startswith("Positive vs trig features (projections as labelled)")
   # With ORF for every kernel, the right panel compares ORF curves and says so.
   rows += [_row("trig", "orthogonal", "chi", m, 1.0, 1e-4 / m) for m in (4, 8)]
   src = _write(tmp_path / "r.json", {"experiment": "approx_error", "rows": rows})
   left, right = _drawn(monkeypatch, src, tmp_path).axes
-  assert "trig, ORF" in labels(right) and "trig, IID" not in labels(right)
+  assert "trig (SMtrig), ORF" in labels(right) and "trig (SMtrig), IID" not in labels(right)
   assert "features (ORF)" in right.get_title()
   # The left column holds only kernels with several projections, and names them.
-  assert labels(left) == ["trig, IID", "trig, ORF"]
+  assert labels(left) == ["trig (SMtrig), IID", "trig (SMtrig), ORF"]
   assert left.get_title().startswith("Projections ORF vs IID: input scale 1")
 
 

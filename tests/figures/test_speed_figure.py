@@ -6,7 +6,7 @@ import pytest
 
 from performer import figures
 from performer.errors import UserError
-from performer.figures import speed
+from testlib import drawn
 
 
 def _row(attention, length, ms, *, chunk=None, direction="causal", status="ok"):
@@ -21,13 +21,7 @@ def _drawn(monkeypatch, tmp_path, rows):
   src = tmp_path / "speed.json"
   src.write_text(json.dumps({"experiment": "speed", "environment": {"device": "cpu"},
                              "rows": rows}))
-  drawn = []
-  monkeypatch.setattr(speed, "save_figure", lambda fig, out: drawn.append(fig))
-  monkeypatch.setattr(speed.plt, "close", lambda fig: None)
-  figures.render("speed", str(src), str(tmp_path / "f.png"))
-  (fig,) = drawn
-  fig.canvas.draw()
-  return fig
+  return drawn(monkeypatch, tmp_path, "speed", str(src))
 
 
 def _legend(ax):

@@ -18,7 +18,7 @@ L = 48
 OPTIONS = {"performer_softmax": {"num_features": 16, "chunk_size": 16},
            "performer_relu": {"num_features": 16, "chunk_size": 16},
            "linformer": {"num_projections": 16}, "reformer": {"chunk_size": 8, "n_buckets": 4}}
-CAUSAL = [n for n in attention.names() if n != "linformer"]
+CAUSAL = [n for n in attention.names() if attention.info(n).causal]
 
 
 def _model(name, causal, dropout=0.0):
@@ -109,8 +109,8 @@ def test_logits_at_positions_are_the_full_logits_there(reversible, protein_batch
 @pytest.mark.parametrize("name", attention.names())
 @pytest.mark.parametrize("causal", [True, False])
 def test_padding_does_not_change_real_positions(name, causal, protein_batches):
-  if name == "linformer" and causal:
-    pytest.skip("linformer is bidirectional only")
+  if causal and name not in CAUSAL:
+    pytest.skip(f"{name} is bidirectional only")
   model = _fixed(_model(name, causal), protein_batches)
   real = 30
   tokens = protein_batches[:2, :real]
@@ -129,8 +129,8 @@ def _loss(model, inputs, targets, weights, mask):
 @pytest.mark.parametrize("name", attention.names())
 @pytest.mark.parametrize("causal", [True, False])
 def test_a_few_steps_lower_the_loss_on_real_proteins(name, causal, protein_batches):
-  if name == "linformer" and causal:
-    pytest.skip("linformer is bidirectional only")
+  if causal and name not in CAUSAL:
+    pytest.skip(f"{name} is bidirectional only")
   model = _model(name, causal)
   optimizer = nnx.Optimizer(model, optax.adam(3e-3), wrt=nnx.Param)
   tokens = protein_batches
