@@ -79,18 +79,20 @@ def main(argv=None):
     with interrupts.as_ctrl_c():
       return args.func(args) or 0
   except UserError as e:
-    print(f"performer {args.command}: error: {e}", file=sys.stderr)
+    _say(f"performer {args.command}: error: {e}")
     return 2
   except KeyboardInterrupt:
-    print(f"performer {args.command}: interrupted", file=sys.stderr)
-    if own:
-      # Leave without tearing the interpreter down under XLA's threads, which may still run the
-      # computation the interrupt cut short (that teardown segfaulted after Ctrl-C). What the
-      # command held was released on the way here; nothing is registered with atexit.
-      sys.stdout.flush()
-      sys.stderr.flush()
+    _say(f"performer {args.command}: interrupted")
+    if own:  # no interpreter teardown under XLA's threads (it segfaulted after Ctrl-C); what the
+      sys.stdout.flush()  # command held is released by now, and nothing uses atexit
       os._exit(130)  # pylint: disable=protected-access
     return 130
+
+
+def _say(line):
+  """One line on stderr in one write: between print's two, another thread's line could land."""
+  sys.stderr.write(line + "\n")
+  sys.stderr.flush()
 
 
 if __name__ == "__main__":
