@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from performer.attention.registry import RandomFeatures, register
+from performer.attention.registry import RandomFeatures, kv_cache_size, register
 
 _SELF = -1e5  # logit of a token for itself: used only when nothing else is visible
 
@@ -15,11 +15,7 @@ _SELF = -1e5  # logit of a token for itself: used only when nothing else is visi
 class ReformerAttention(nnx.Module):
   """LSH attention with n_hashes rounds of n_buckets buckets, chunks of chunk_size."""
 
-  @staticmethod
-  def state_size(options, seq_len, head_dim):
-    """A KV cache: L x d floats per head (the registry's BackendInfo.state_size)."""
-    del options
-    return seq_len * head_dim
+  state_size = staticmethod(kv_cache_size)  # the registry's BackendInfo.state_size
 
   def __init__(self, *, head_dim, layer=0, n_hashes=2, n_buckets=16, chunk_size=32, seed=0):
     if n_buckets < 2 or n_buckets % 2:

@@ -43,6 +43,12 @@ class BackendInfo:
   state_size: object = None
 
 
+def kv_cache_size(options, seq_len, head_dim):
+  """A KV cache's floats per head: L x d (the `state_size` of backends that keep every key)."""
+  del options
+  return seq_len * head_dim
+
+
 def register(name, *, label, colour, causal=True):
   """Class decorator: makes the backend available as `name`, shown as `label` in `colour`.
 
@@ -85,6 +91,11 @@ def by_label(label):
   if not found:
     raise ValueError(f"no attention backend is labelled {label!r}")
   return found[0]
+
+
+def colour(name, default="0.5"):
+  """Backend `name`'s colour in figures; `default` for a name that is not a backend."""
+  return _INFO[name].colour if name in _INFO else default
 
 
 def options(name, attention_options):

@@ -36,21 +36,16 @@ def curve(run, split, metric):
   return [r["step"] for r in rows], [scale * r[metric] for r in rows]
 
 
-def colour_of(run):
-  """The run's backend's colour (attention.info), grey for a backend not registered."""
-  return attention.info(run.attention).colour if run.attention in attention.names() else "0.5"
-
-
 def _panel(ax, direction, groups, metric, zoom=False):
   """Draws one direction's runs (zoom: validation alone, no legend or baseline); returns the
   number of lines drawn."""
   drawn, handles, used = 0, [], set()
-  present = {colour_of(g[0]) for (d, _), g in groups.items() if d == direction}
+  present = {attention.colour(g[0].attention) for (d, _), g in groups.items() if d == direction}
   spare = iter([f"C{i}" for i in range(10) if f"C{i}" not in present] + ["0.5"])
   for (d, label), group in groups.items():
     if d != direction:
       continue
-    colour = colour_of(group[0])
+    colour = attention.colour(group[0].attention)
     if colour in used:  # another model of the same backend (Fig. 7 right: depths)
       colour = next(spare, "0.5")
     used.add(colour)

@@ -3,6 +3,7 @@
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
+from performer import attention
 from performer.errors import UserError
 from performer.figures import curves, runs
 from performer.figures.io import check_figure_path, figure_format, save_figure
@@ -93,7 +94,7 @@ def _right(ax, softmax, relu):
       detail = f"positive, {_setting(run)}, " if model == "Performer-softmax" else ""
       label = f"{model} ({detail}feature seed {feature_seed(run)}, train seed {run.seed})"
       width, alpha = (1.8, 1.0) if i == 0 else (1.0, 0.55)
-      handles.append(_draw(ax, run, curves.colour_of(run), label, width, alpha))
+      handles.append(_draw(ax, run, attention.colour(run.attention), label, width, alpha))
   return handles
 
 

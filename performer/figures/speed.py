@@ -20,13 +20,6 @@ TAGS = {"bidirectional": "(B)", "causal": "(U)"}
 MODES = {"fwd": "forward", "fwdbwd": "forward + backward"}
 
 
-def _colour(name):
-  """A curve's colour: its backend's (attention.info), else OTHER_COLOURS', else grey."""
-  if name in attention.names():
-    return attention.info(name).colour
-  return OTHER_COLOURS.get(name, "0.3")
-
-
 def _series(row, by_chunk):
   """The curve a row belongs to, as a sortable key: (attention, L or chunk size, span, batch
   tokens; -1: the platform's)."""
@@ -65,8 +58,9 @@ def _draw(ax_time, ax_mem, group, by_chunk):
       label += f" ({failed[0]['status']} at {where})"
     # One colour per curve: by attention, unless an attention has several curves.
     unique = attentions.count(key[0]) == 1
-    style = dict(color=_colour(key[0]) if unique else f"C{i % 10}", marker="o",
-                 markersize=3, linestyle=LINESTYLES.get(key[0], "-"), label=label)
+    colour = attention.colour(key[0], OTHER_COLOURS.get(key[0], "0.3")) if unique else f"C{i % 10}"
+    style = dict(color=colour, marker="o", markersize=3, linestyle=LINESTYLES.get(key[0], "-"),
+                 label=label)
     memory = [r for r in ok if r.get("peak_bytes")]
     for ax, points, value in ((ax_time, ok, lambda r: r["median_ms"] / 1e3),
                               (ax_mem, memory, lambda r: r["peak_bytes"] / 2 ** 30)):

@@ -12,13 +12,14 @@ import jax
 from performer import attention, favor
 from performer.atomic import atomic_path
 from performer.errors import UserError
+from performer.train import resume
 
 
 class TrainingDiverged(UserError):
   """A non-finite loss or gradient: the run stops, the last checkpoint stays."""
 
 
-DIVERGED = "diverged.json"
+DIVERGED = resume.DIVERGED
 
 
 def stop_if_diverged(workdir, host, last_checkpoint, model_cfg):
@@ -88,4 +89,5 @@ def _favor_hint(model_cfg):
 def _kept(step):
   if step is None:
     return "there is no checkpoint yet, so re-running starts from scratch"
-  return f"the last good checkpoint is step {step}, from which re-running resumes"
+  return (f"the last good checkpoint is step {step}, from which re-running resumes "
+          f"(a lower OptimConfig.learning_rate may be given)")

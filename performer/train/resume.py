@@ -14,6 +14,10 @@ from performer.errors import UserError
 MAY_CHANGE = {("train", "steps"), ("train", "log_every"), ("train", "eval_every"),
               ("train", "checkpoint_every"), ("train", "eval_batches"), ("train", "settings")}
 MAY_CHANGE_GROUPS = ("mesh",)
+# A run a NaN stopped (its workdir holds diverged.json) may resume with a gentler optimizer.
+MAY_CHANGE_DIVERGED = {("optim", "learning_rate"), ("optim", "clip_norm"),
+                       ("optim", "warmup_steps")}
+DIVERGED = "diverged.json"  # divergence.DIVERGED, named here to keep resume free of the model
 RESUMES = "resumes.jsonl"
 DATASET = "dataset.json"  # the fingerprint of the dataset the run trained on (check_dataset)
 
@@ -41,7 +45,8 @@ def check(workdir, cfg, step, *, record=True):
   """Refuses to resume `workdir` at `step` with a Config that is another run; records allowed changes.
 
   Call before restoring a checkpoint (step > 0). Does nothing when the
-  workdir has no config.json (an older run's or an empty one). Every process
+  workdir has no config.json (an older run's or an empty one). A run a NaN
+  stopped may also change its learning rate, clipping and warm-up. Every process
   of a multi-process run checks; the one with `record` writes resumes.jsonl.
 
   Raises:
@@ -60,7 +65,8 @@ def check(workdir, cfg, step, *, record=True):
     pass  # not a config this version reads: compared as written
   after = cfg.to_json()
   changes = differences(before, after)
-  refused = [c for c in changes if not _may_change(c[0], before, after)]
+  diverged = os.path.exists(os.path.join(workdir, DIVERGED))
+  refused = [c for c in changes if not _may_change(c[0], before, after, diverged)]
   if refused:
     field, old, new = refused[0]
     more = f" (and {len(refused) - 1} more: {', '.join(c[0] for c in refused[1:])})" \
@@ -75,9 +81,11 @@ def check(workdir, cfg, step, *, record=True):
   return changes
 
 
-def _may_change(field, before, after):
+def _may_change(field, before, after, diverged):
   group, _, name = field.partition(".")
   if (group, name) in MAY_CHANGE or group in MAY_CHANGE_GROUPS:
+    return True
+  if diverged and (group, name) in MAY_CHANGE_DIVERGED:
     return True
   if field == "data.path":
     return _fingerprint(os.path.join(before["data"]["path"], "manifest.json")) == _fingerprint(

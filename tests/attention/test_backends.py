@@ -264,6 +264,8 @@ def test_every_backend_has_its_own_label_and_colour_and_is_found_by_its_label():
   assert all(attention.by_label(i.label) == i.name for i in facts)
   with pytest.raises(ValueError, match="no attention backend is labelled"):
     attention.by_label("Performer")
+  assert [attention.colour(i.name) for i in facts] == [i.colour for i in facts]
+  assert attention.colour("performer_pytorch", "m") == "m"  # a curve that is not a backend
 
 
 @pytest.mark.parametrize("name, extra", [

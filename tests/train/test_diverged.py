@@ -58,19 +58,41 @@ def test_a_nan_writes_diverged_json_and_stops_with_one_line(data, tmp_path, caps
   assert all(r["step"] <= step for r in run.metrics)  # logged rows end before it
 
 
-@pytest.mark.slow  # ~60 s: three runs; the test above covers the record by default
-def test_the_record_names_the_kept_checkpoint_and_a_resumed_run_drops_it(data, tmp_path, capsys):
-  assert _train(data, tmp_path, "TrainConfig.steps = 2") == 0  # a good checkpoint at step 2
-  assert _train(data, tmp_path, "TrainConfig.steps = 6", "OptimConfig.learning_rate = 1e30") == 2
-  err = _error_lines(capsys)
-  assert len(err) == 1 and "the last good checkpoint is step 2" in err[0], err
-  record = _record(tmp_path)
-  assert record["last_checkpoint"] == 2 and record["step"] in (2, 3)
-  assert f"at step {record['step']};" in err[0]
-  # Resumed with a sane learning rate, the run is no longer stopped: the record goes.
-  assert _train(data, tmp_path, "TrainConfig.steps = 3") == 0
+def _nan_valid_from_step_4(monkeypatch):
+  """Makes the second evaluation (step 4 at eval_every = 2) score a NaN valid loss."""
+  from performer.train import evaluate  # pylint: disable=import-outside-toplevel
+  real, calls = evaluate.evaluate, []
+
+  def nan_from_step_4(model, batches, **kwargs):  # the train loss stays finite
+    result = real(model, batches, **kwargs)
+    calls.append(1)
+    return {**result, "loss": float("nan")} if len(calls) >= 2 else result
+  monkeypatch.setattr(evaluate, "evaluate", nan_from_step_4)
+
+
+@pytest.mark.slow  # ~60 s: three runs; the tests around it cover the record by default
+def test_a_stopped_run_resumes_from_its_last_good_checkpoint_with_a_lower_learning_rate(
+    data, tmp_path, capsys, monkeypatch):
+  with monkeypatch.context() as patched:
+    _nan_valid_from_step_4(patched)
+    assert _train(data, tmp_path, "TrainConfig.steps = 6") == 2
+  (line,) = _error_lines(capsys)
+  assert "the last good checkpoint is step 2" in line, line
+  assert "a lower OptimConfig.learning_rate may be given" in line
+  with open(tmp_path / "config.json") as f:
+    learning_rate = json.load(f)["optim"]["learning_rate"]
+  # Resumed with a lower learning rate, the run is no longer stopped: the record goes, and
+  # resumes.jsonl says what changed at which step.
+  assert _train(data, tmp_path, "TrainConfig.steps = 6", "OptimConfig.learning_rate = 3e-5") == 0
   assert not os.path.exists(tmp_path / "diverged.json")
   assert runs.load_run(str(tmp_path)).diverged_at is None
+  with open(tmp_path / "resumes.jsonl") as f:
+    changed = json.loads(f.readlines()[-1])
+  assert changed["step"] == 2 and changed["changed"]["optim.learning_rate"] == [learning_rate, 3e-5]
+  # No longer stopped, the run is held to its learning rate again.
+  assert _train(data, tmp_path, "TrainConfig.steps = 8", "OptimConfig.learning_rate = 1e-5") == 2
+  (line,) = _error_lines(capsys)
+  assert "holds another run: optim.learning_rate is 3e-05 there and 1e-05 here" in line, line
 
 
 def test_a_malformed_record_is_a_one_line_error(tmp_path):
@@ -85,15 +107,7 @@ def test_a_malformed_record_is_a_one_line_error(tmp_path):
 
 def test_weights_that_score_nan_on_valid_are_not_saved_as_a_good_checkpoint(data, tmp_path, capsys,
                                                                              monkeypatch):
-  from performer.train import evaluate  # pylint: disable=import-outside-toplevel
-  real = evaluate.evaluate
-
-  def nan_from_step_4(model, batches, **kwargs):  # the train loss stays finite
-    result = real(model, batches, **kwargs)
-    nan_from_step_4.calls += 1
-    return {**result, "loss": float("nan")} if nan_from_step_4.calls >= 2 else result
-  nan_from_step_4.calls = 0
-  monkeypatch.setattr(evaluate, "evaluate", nan_from_step_4)
+  _nan_valid_from_step_4(monkeypatch)
   assert _train(data, tmp_path, "TrainConfig.steps = 6") == 2
   (line,) = _error_lines(capsys)
   assert "non-finite validation loss at step 4; stopped before saving it" in line

@@ -641,3 +641,23 @@ def test_eval_reads_an_mqar_tasks_own_test_splits_and_refuses_what_it_lacks(tmp_
   assert "no 'test_kv9' split" in capsys.readouterr().err
   assert cli.main(["eval", "--workdir", run, "--split", "train"]) == 2
   assert "names no evaluation split" in capsys.readouterr().err
+
+
+def test_a_run_a_nan_stopped_may_resume_with_a_gentler_optimizer_and_nothing_else(data, tmp_path):
+  from performer.train import resume  # pylint: disable=import-outside-toplevel
+  configurables.parse([os.path.join(ROOT, "gin/mini/trembl_u_performer_relu.gin")],
+                      [f"DataConfig.path = '{data}'"])
+  cfg = configurables.resolve()
+  (tmp_path / "config.json").write_text(json.dumps(cfg.to_json()))
+  gentler = dataclasses.replace(cfg, optim=dataclasses.replace(
+      cfg.optim, learning_rate=cfg.optim.learning_rate / 10, clip_norm=0.1, warmup_steps=100))
+  with pytest.raises(UserError, match="holds another run: optim.clip_norm"):
+    resume.check(str(tmp_path), gentler, 4)
+  (tmp_path / resume.DIVERGED).write_text("{}")
+  assert [c[0] for c in resume.check(str(tmp_path), gentler, 4)] == [
+      "optim.clip_norm", "optim.learning_rate", "optim.warmup_steps"]
+  record = json.loads((tmp_path / resume.RESUMES).read_text())
+  assert record["step"] == 4 and record["changed"]["optim.clip_norm"] == [cfg.optim.clip_norm, 0.1]
+  other = dataclasses.replace(gentler, optim=dataclasses.replace(gentler.optim, b2=0.999))
+  with pytest.raises(UserError, match="holds another run: optim.b2 is 0.98 there and 0.999 here"):
+    resume.check(str(tmp_path), other, 4)
