@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from performer import configurables, favor
+from performer import cli, configurables, favor
 from performer.data import pipeline
 from performer.errors import UserError
 from performer.train import evaluate, loop, sharding
@@ -166,7 +166,7 @@ def test_two_processes_train_as_one_and_only_process_0_writes_logs(data, referen
         two["accuracy"] * two["tokens"])
 
 
-def test_cluster_flags_are_checked(tmp_path):
+def test_cluster_flags_are_checked(tmp_path, capsys):
   cases = [(["--num-processes", "2"], "--num-processes and --process-id need --coordinator"),
            (["--coordinator", "localhost:1"], "needs --num-processes and --process-id"),
            (["--coordinator", "localhost:1", "--num-processes", "2", "--process-id", "2"],
@@ -183,11 +183,11 @@ def test_cluster_flags_are_checked(tmp_path):
            # checked with one process too: a flag given is a flag read
            (["--init-timeout", "nan"], "--init-timeout must be a finite number of seconds > 0, "
                                        "got nan")]
-  for flags, message in cases:
-    done = subprocess.run([sys.executable, "-m", "performer.cli", "train", "--gin", CONFIG,
-                           "--workdir", str(tmp_path), *flags], cwd=ROOT, capture_output=True,
-                          text=True, env=_env(1))
-    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1], done.stderr
+  for flags, message in cases:  # in this process: each is refused before JAX is touched
+    assert cli.main(["train", "--gin", os.path.join(ROOT, CONFIG), "--workdir", str(tmp_path),
+                     *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1], err
 
 
 def test_a_peer_that_never_arrives_is_a_one_line_error_after_the_timeout(tmp_path):
@@ -326,14 +326,19 @@ def _equations(jaxpr):
           yield from _equations(sub)
 
 
+def _throughput(data, out):
+  argv = ["throughput", "--gin", os.path.join(ROOT, CONFIG), "--devices", "1,2", "--steps", "4",
+          "--log-every", "2", "--out", str(out)]
+  for binding in [f"DataConfig.path = '{data}'", *SMALL]:
+    argv += ["--gin_param", binding]
+  return argv
+
+
+@pytest.mark.slow  # ~40 s: a process per device count; the flag checks below run by default
 def test_throughput_prints_the_step_alone_the_loop_and_their_ratio(data, tmp_path):
-  tiny = [f"DataConfig.path = '{data}'", *SMALL]
   out = tmp_path / "throughput.json"
-  cmd = [sys.executable, "-m", "performer.cli", "throughput", "--gin", CONFIG, "--devices", "1,2",
-         "--steps", "4", "--log-every", "2", "--out", str(out)]
-  for binding in tiny:
-    cmd += ["--gin_param", binding]
-  done = subprocess.run(cmd, cwd=ROOT, env=_env(1), capture_output=True, text=True, timeout=600)
+  done = subprocess.run([sys.executable, "-m", "performer.cli", *_throughput(data, out)], cwd=ROOT,
+                        env=_env(1), capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   rows = json.load(open(out))["rows"]
   assert [r["devices"] for r in rows] == [1, 2]
@@ -342,19 +347,22 @@ def test_throughput_prints_the_step_alone_the_loop_and_their_ratio(data, tmp_pat
     assert r["tokens_per_s"] > 0 and r["environment"]["device_count"] == r["devices"]
   assert rows[0]["vs_1_device"] == 1.0
   assert "loop / alone" in done.stdout and f"{rows[1]['loop_overhead']:.3f}" in done.stdout
-  bad = subprocess.run(cmd[:-2] + ["--out", str(tmp_path), "--steps", "3"], cwd=ROOT, env=_env(1),
-                       capture_output=True, text=True)
-  assert bad.returncode == 2 and "must be at least twice --log-every" in bad.stderr
-  for flags, message in (
+
+
+def test_throughput_flags_are_checked_before_a_run(data, tmp_path, capsys):
+  argv = _throughput(data, tmp_path / "throughput.json")
+  for flags, message in (  # in this process: each is refused before a run starts
+      (["--steps", "3"], "must be at least twice --log-every"),
       (["--log-every", "0"], "--log-every must be >= 1, got 0"),
       (["--devices", "3"], "--devices 3: DataConfig.batch_size 8 is not divisible by 3"),
       (["--devices", "1", "--platform", "gpu"], "--platform gpu: JAX here has no working gpu "
                                                  "backend")):
     if "gpu" in flags and _has_gpu():
       continue
-    bad = subprocess.run(cmd + flags, cwd=ROOT, env=_env(1), capture_output=True, text=True)
-    lines = bad.stderr.strip().splitlines()
-    assert bad.returncode == 2 and message in lines[-1] and len(lines) <= 2, bad.stderr
+    assert cli.main(argv + flags) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert message in lines[-1] and len(lines) <= 2, lines
+  assert not (tmp_path / "throughput.json").exists()
 
 
 def _has_gpu():
