@@ -22,7 +22,8 @@ KERNEL = (
      '    "softplus": lambda u: np.logaddexp(0.0, u),\n'),
 )
 PROBE = (("performer/plans/probes.py", "  return [probe for probe, _ in pairs]",
-          '  pairs.append(_probe(ctx, "foo", ("foo",), ctx.result("foo.json"), "fig99_foo.png"))\n'),)
+          '  pairs.append(_probe(ctx, "foo", ("foo",), ctx.result("foo.json"), '
+          '"fig99_foo.png"))\n'),)
 EXPERIMENT = '''"""foo: the mean of n standard normal draws, a stand-in experiment."""
 
 import dataclasses
@@ -125,11 +126,11 @@ def test_the_copy_is_the_one_imported(copy):
 
 def test_a_kernel_added_by_the_recipe_passes_the_kernel_tests_and_is_known_everywhere(copy):
   # The tests the recipe names: the feature count, the label and colour, the values by formula.
-  done = _run(copy, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k", "softplus or families or formulas",
-              "tests/favor/test_kernels.py",
+  done = _run(copy, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-k",
+              "softplus or families or formulas", "tests/favor/test_kernels.py",
               "tests/favor/test_generalized_kernels.py::test_feature_maps_match_their_formulas")
-  assert "test_the_families_partition_the_kernels_and_labels_and_colours_are_one_per_kernel PASSED" \
-      in done.stdout
+  families = "test_the_families_partition_the_kernels_and_labels_and_colours_are_one_per_kernel"
+  assert f"{families} PASSED" in done.stdout
   assert "test_the_declared_feature_count_is_the_width_of_the_map[softplus] PASSED" in done.stdout
   assert "test_feature_maps_match_their_formulas PASSED" in done.stdout
   script = """

@@ -5,6 +5,6 @@ from performer.attention import (blockwise, dot_product, exact, identity,  # reg
 from performer.attention.registry import (BackendInfo, RandomFeatures, by_label, colour, info,
                                           make, names, options, redraw, register)
 
-__all__ = ["BackendInfo", "RandomFeatures", "by_label", "colour", "info", "make", "names", "options",
-           "redraw", "register", "blockwise", "dot_product", "exact", "identity", "linear",
-           "linformer", "performer", "reformer"]
+__all__ = ["BackendInfo", "RandomFeatures", "by_label", "colour", "info", "make", "names",
+           "options", "redraw", "register", "blockwise", "dot_product", "exact", "identity",
+           "linear", "linformer", "performer", "reformer"]

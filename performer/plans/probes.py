@@ -13,7 +13,7 @@ ACCESSION = "P00974"  # BPT1_BOVIN, App. C.4
 
 
 def _probe(ctx, name, command, out, png, needs=()):
-  """(the probe's job, the job drawing its result into results/<png> with its experiment's FIGURE)."""
+  """(the probe's job, the job drawing its result into results/<png>): its experiment's FIGURE."""
   probe = Job(name=name, kind="probe", command=("performer", *command, *ctx.budget.probe_args.get(
       name.removesuffix("_u").removesuffix("_b"), ()), "--out", out), needs=tuple(needs),
               outputs=(out,), study=STUDY)
