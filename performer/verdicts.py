@@ -160,38 +160,48 @@ def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0, paired_seeds=False):
                   se_test=float(draws.std(ddof=1)), df=df, seeds=(a.seeds, b.seeds))
 
 
-def projected(a, b, evidence, seeds):
+def projected(a, b, evidence, seeds, *, paired_seeds=False):
   """The Evidence that `seeds` replicates per group would give, from what `a` and `b` show now.
 
-  Each group's seed variance is kept as measured and divided by `seeds`; the
-  test set's part is kept as measured (more seeds of the same models are
-  scored on the same sequences, so it shrinks little: the projection errs
-  towards too many seeds, not too few). The difference stays as measured: it
-  only says how precise a design would be, not what it would find.
+  Each group's seed variance is kept as measured and divided by `seeds`
+  (paired_seeds, as in `estimate`: the variance of the per-seed differences,
+  df = seeds - 1); the test set's part is kept as measured (more seeds of the
+  same models are scored on the same sequences, so it shrinks little: the
+  projection errs towards too many seeds, not too few). The difference stays
+  as measured: it only says how precise a design would be, not what it would
+  find.
 
   Raises:
-    ValueError: a group has fewer than two seeds (no variance to project).
+    ValueError: a group has fewer than two seeds (no variance to project), or
+      paired_seeds with different numbers of seeds.
   """
   if min(a.seeds, b.seeds) < 2:
     raise ValueError(f"a projection needs >= 2 seeds per group, has {a.seeds} and {b.seeds}")
-  parts = [acc.var(ddof=1) / seeds for acc in (a.accuracy(), b.accuracy())]
-  seed_var = sum(parts)
-  df = seed_var ** 2 / sum(p ** 2 / (seeds - 1) for p in parts) if seed_var > 0 else math.inf
+  if paired_seeds:
+    if a.seeds != b.seeds:
+      raise ValueError(f"paired seeds need as many seeds in each group: {a.seeds} vs {b.seeds}")
+    seed_var = float((a.accuracy() - b.accuracy()).var(ddof=1) / seeds)
+    df = float(seeds - 1)
+  else:
+    parts = [acc.var(ddof=1) / seeds for acc in (a.accuracy(), b.accuracy())]
+    seed_var = sum(parts)
+    df = seed_var ** 2 / sum(p ** 2 / (seeds - 1) for p in parts) if seed_var > 0 else math.inf
   return Evidence(diff=evidence.diff, se_seed=math.sqrt(seed_var), se_test=evidence.se_test,
                   df=df, seeds=(seeds, seeds))
 
 
-def seeds_to_resolve(claim, a, b, evidence, most):
+def seeds_to_resolve(claim, a, b, evidence, most, *, paired_seeds=False):
   """The fewest seeds per group, more than now and at most `most`, at which the design's MDE
   would fall below the claim's delta; None where it is below already or stays above.
 
   This is the rule for spending more runs on a claim: only where more seeds
-  can make a difference of delta visible (see `projected`).
+  can make a difference of delta visible (see `projected`; paired_seeds as
+  there).
   """
   if min(a.seeds, b.seeds) < 2 or evidence.mde() < claim.delta:
     return None
   for n in range(max(a.seeds, b.seeds) + 1, most + 1):
-    if projected(a, b, evidence, n).mde() < claim.delta:
+    if projected(a, b, evidence, n, paired_seeds=paired_seeds).mde() < claim.delta:
       return n
   return None
 

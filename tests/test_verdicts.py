@@ -241,3 +241,27 @@ def test_the_seed_projection_predicts_the_mde_that_more_seeds_then_have():
   assert verdicts.seeds_to_resolve(claim, single["a"], single["b"], ev, most=12) is None
   with pytest.raises(ValueError, match=">= 2 seeds"):
     verdicts.projected(single["a"], single["b"], ev, 5)
+
+
+def test_the_paired_projection_keeps_only_the_variance_the_pair_does_not_share():
+  rng = np.random.default_rng(11)
+  claim = _claim("matches", delta=0.02)
+  a, b = _shared_seed_luck(rng, 0.0, seeds=3)  # 5 pp of luck shared by seed j of both rows
+  ev = verdicts.estimate(a, b, bootstrap=100, paired_seeds=True)
+  p = verdicts.projected(a, b, ev, 5, paired_seeds=True)
+  assert p.df == 4 and p.se_seed == pytest.approx(
+      np.std(a.accuracy() - b.accuracy(), ddof=1) / math.sqrt(5))
+  assert p.se_test == ev.se_test and p.diff == ev.diff
+  # Unpaired, the shared luck stays in each group's variance: 5 seeds cannot resolve 2 pp.
+  unpaired = verdicts.estimate(a, b, bootstrap=100)
+  assert verdicts.projected(a, b, unpaired, 5).mde() > claim.delta
+  assert verdicts.seeds_to_resolve(claim, a, b, unpaired, most=5) is None
+  # What 5 paired seeds then show is near the projection (the same rows, 2 more seeds).
+  actual = [verdicts.estimate(*_shared_seed_luck(rng, 0.0, seeds=5), bootstrap=100,
+                              paired_seeds=True).mde() for _ in range(20)]
+  projections = [verdicts.projected(*g, verdicts.estimate(*g, bootstrap=100, paired_seeds=True),
+                                    5, paired_seeds=True).mde()
+                 for g in (_shared_seed_luck(rng, 0.0, seeds=3) for _ in range(20))]
+  assert np.median(projections) == pytest.approx(np.median(actual), rel=0.3)
+  with pytest.raises(ValueError, match="as many seeds"):
+    verdicts.projected(a, _shared_seed_luck(rng, 0.0, seeds=2)[0], ev, 5, paired_seeds=True)

@@ -25,6 +25,9 @@ READS = "runs"  # render(run folders, out)
 # A twentieth of exact's gain over the control: the smallest gap in recall we would call a
 # different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
 DELTA_FRACTION = 0.05
+# More seeds than a study's first ones only where they bring a claim's MDE under delta
+# (verdicts.seeds_to_resolve), up to this many.
+MOST_SEEDS = 5
 TASK = re.compile(r"L(\d+)_kv(\d+)")  # a task's name, plans/recall.py task_name
 DODGE = 1.035  # the factor between neighbouring markers of one state size on the log x axis
 UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
@@ -58,7 +61,9 @@ def label(row):
 
 
 def _declared(rows, reference):
-  """[(id, text, kind, a, b)] for the rows present; `reference` is the m of the variant rows."""
+  """[(id, text, kind, a, b)] for the rows present ({row: runs}); `reference` is the m of the
+  variant rows. Based's and Zoology's claims only where every run has their short convolution
+  (ModelConfig.conv_kernel): they are claims about that setting."""
   favor = f"favor_m{reference}"
   ms = sorted(int(r.removeprefix("favor_m")) for r in rows if r.startswith("favor_m"))
   out = [(f"FAVOR+ m={m} matches exact", "FAVOR+ softmax attention matches exact attention "
@@ -78,7 +83,26 @@ def _declared(rows, reference):
            "(Likhosherstov et al. 2023)", "better", "favorsharp", favor),
           ("simplex better than orthogonal", "simplex features lower the kernel's error below "
            "orthogonal ones (Reid et al. 2023)", "better", "simplex", favor)]
+  runs = [run for group in rows.values() for run in group]
+  if runs and all(run.config["model"].get("conv_kernel") for run in runs):
+    out.append(("Taylor matches exact", "Based's Taylor map recalls as softmax attention does "
+                "(Arora et al. 2024, Fig. 3: Taylor 80-99%)", "matches", "taylor", "exact"))
+    for row, name in (("elu_plus_one", "elu+1"), ("relu_deterministic", "ReLU")):
+      same = _same_state(rows, row, ms)
+      if same:
+        out.append((f"{name} better than FAVOR+ m={same} (same state)", f"{name} is on the "
+                    "recall-state frontier, above a Performer of the same state (Arora et al. "
+                    "2024, Fig. 3, elu+1 as PosELU: ReLU 24-98%, 'Performer' 0-3%)", "better", row,
+                    f"favor_m{same}"))
   return [c for c in out if c[3] in rows and c[4] in rows]
+
+
+def _same_state(rows, row, ms):
+  """The m of the FAVOR+ row whose attention state equals `row`'s, or None."""
+  if row not in rows:
+    return None
+  size = state_size(rows[row][0])
+  return next((m for m in ms if state_size(rows[f"favor_m{m}"][0]) == size), None)
 
 
 def state_size(run):
@@ -148,14 +172,20 @@ def _reference(rows):
 
 
 def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
-  """(verdicts, gate or None) of one task's declared claims."""
+  """(verdicts, gate or None, more seeds) of one task's declared claims.
+
+  More seeds: [{"claim", "rows": [a, b], "seeds"}] for each inconclusive
+  claim whose MDE more seeds of both rows (paired, at most MOST_SEEDS) would
+  bring under its delta (verdicts.seeds_to_resolve): the runs worth adding
+  (plans/recall.py reads them).
+  """
   reps = {row: claims_lib.replicates(group) for row, group in rows.items()}
   gate = None
   if all(r in reps and reps[r][0] is not None for r in ("exact", "identity")):
     gate = verdicts.gate("U", reps["exact"][0], reps["identity"][0], bootstrap=bootstrap)
   delta = DELTA_FRACTION * gate.evidence.diff if gate and gate.evidence.diff > 0 else 1.0
   declared = _declared(rows, _reference(rows))
-  claims, evidence, notes = [], {}, {}
+  claims, evidence, notes, paired = [], {}, {}, {}
   for cid, text, kind, a, b in declared:
     claims.append(verdicts.Claim(id=cid, text=text, kind=kind, a=a, b=b, metric="accuracy",
                                  split="test", delta=delta, family=task,
@@ -168,14 +198,22 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
     elif len({recall_runs.planned(r) for r in rows[a] + rows[b]}) != 1:
       notes[cid] = f"{label(a)} and {label(b)} were evaluated at different steps"
     else:
-      evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap,
-                                        paired_seeds=seeds_a == seeds_b)
+      paired[cid] = seeds_a == seeds_b
+      evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap, paired_seeds=paired[cid])
   if gate is None:
     notes = {c.id: "needs exact and identity runs with per-sequence test evals" for c in claims}
-  decided = verdicts.decide(claims, evidence, {"U": gate} if gate else {})
-  return [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
-                                                             notes[v.claim.id])
-          for v in decided], gate
+  decided = [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
+                                                                notes[v.claim.id])
+             for v in verdicts.decide(claims, evidence, {"U": gate} if gate else {})]
+  more = []
+  for v in decided:
+    if v.verdict == verdicts.INCONCLUSIVE and v.claim.id in evidence:
+      a, b = reps[v.claim.a][0], reps[v.claim.b][0]
+      n = verdicts.seeds_to_resolve(v.claim, a, b, v.evidence, MOST_SEEDS,
+                                    paired_seeds=paired[v.claim.id])
+      if n:
+        more.append({"claim": v.claim.id, "rows": [v.claim.a, v.claim.b], "seeds": n})
+  return decided, gate, more
 
 
 def render(run_dirs, out_path):
@@ -188,7 +226,7 @@ def render(run_dirs, out_path):
   check_figure_path(out_path)
   tasks = _by_task(runs_lib.load_runs(run_dirs))
   stem = os.path.splitext(out_path)[0]
-  row_cells, claim_cells, mechanism_cells, ceiling_notes = [], [], [], []
+  row_cells, claim_cells, mechanism_cells, ceiling_notes, more_notes = [], [], [], [], []
   record = {"tasks": {}}
   extra = sorted({s for rows in tasks.values() for g in rows.values() for r in g for s in r.evals
                   if s.startswith("test_")}, key=_split_key)
@@ -200,7 +238,8 @@ def render(run_dirs, out_path):
     ceiling = recall_runs.ceilings(next(iter(rows.values()))[0], ("test", *extra))
     ceiling_notes += [recall_runs.ceiling_note(task, s, c) for s, c in ceiling.items()]
     _draw(left, right, task, rows, means, ceiling.get("test"))
-    decided, gate = decide(task, rows)
+    decided, gate, more = decide(task, rows)
+    more_notes.append(_more_note(task, more))
     for v in decided:
       cells = verdicts.row(v)
       claim_cells.append([task, v.claim.id, v.claim.text, cells["difference (pp)"],
@@ -212,14 +251,15 @@ def render(run_dirs, out_path):
         "rows": {row: {"mean": m, "accuracies": list(map(float, a))}
                  for row, (m, a) in means.items()},
         "claims": [{"id": v.claim.id, "verdict": v.verdict, "reason": v.reason,
-                    "difference": v.evidence.diff if v.evidence else None} for v in decided]}
+                    "difference": v.evidence.diff if v.evidence else None} for v in decided],
+        "more_seeds": more}
   fig.tight_layout()
   save_figure(fig, out_path)
   plt.close(fig)
   notes = [recall_runs.gate_note(t, r["gate"]) for t, r in record["tasks"].items()]
   columns = (*ROW_COLUMNS, *(Column(f"{s} % (mean)", "{:.2f}") for s in extra))
   written = _tables(stem, columns, row_cells, claim_cells, mechanism_cells,
-                    [*ceiling_notes, *notes], notes)
+                    [*ceiling_notes, *notes], [*notes, *more_notes])
   with atomic_path(stem + ".json") as tmp, open(tmp, "w") as f:
     json.dump(record, f, indent=1)
   return (out_path, *written, stem + ".json")
@@ -249,7 +289,7 @@ def _row(task, row, group, extra, row_cells, mechanism_cells):
   return mean, finite
 
 
-def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, gate_notes):
+def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, claim_notes):
   """Writes the rows, claims and (if any) mechanism tables; returns their paths."""
   rows_md = write_table(stem + ".md", "Associative recall (MQAR): test accuracy per row",
                         columns, row_cells, [
@@ -265,7 +305,7 @@ def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, g
                             "pairs.", *row_notes])
   claims_md = write_table(stem + "_claims.md", "Paper claims on associative recall, decided by "
                           "the verdict rule", CLAIM_COLUMNS, claim_cells, [
-                              *gate_notes, "Differences: mean test accuracy of the first row "
+                              *claim_notes, "Differences: mean test accuracy of the first row "
                               "minus the second; seeds paired (a t interval over per-seed "
                               "differences) plus a paired bootstrap over test examples. The "
                               "rule: performer/verdicts.py; the claims: "
@@ -279,6 +319,14 @@ def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, g
           "weight on the queried key's value token, largest weight; the attention layer), "
           "and the model's test accuracy through FAVOR's rows and through the exact rows."])
   return (*rows_md, *claims_md, *mechanism_md)
+
+
+def _more_note(task, more):
+  """The claims table's line on the seeds that would resolve an inconclusive claim."""
+  wanted = "; ".join(f"{m['claim']}: {m['seeds']}" for m in more) or "none"
+  return (f"{task}: seeds per row (at most {MOST_SEEDS}, both rows of a claim) that would bring "
+          f"an inconclusive claim's MDE under its delta (verdicts.seeds_to_resolve, seeds "
+          f"paired): {wanted}")
 
 
 def _split_key(split):

@@ -28,6 +28,9 @@ class Recall:
     tune_steps: the tuning runs' TrainConfig.steps (None: the runs').
     mechanism: every softmax-estimating replicate is read by `performer
       recall-rows` after its eval (experiments/recall_rows.py).
+    seeds_decision: `seeds` first, then more seeds (up to
+      figures/recall.py MOST_SEEDS) of the rows of each claim they leave
+      inconclusive where more would resolve it (verdicts.seeds_to_resolve).
   """
   tasks: tuple[tuple[int, int], ...]
   vocab_size: int
@@ -44,6 +47,7 @@ class Recall:
   tune_families: bool = False
   tune_steps: int | None = None
   mechanism: bool = False
+  seeds_decision: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,13 +153,14 @@ BUDGETS = {
                       learning_rates=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2, 3, 4), num_features=64,
                       feature_sweep=(16, 32, 64, 128, 256)),
         # Zoology's smallest setting (V = 8192, L = 64, kv = 4, d_model 64, batch 128): exact
-        # attention stops at 99% valid accuracy by step 500 here, so a cap of 5,000 is 10x it.
+        # attention stops at 99% valid accuracy by step 500 here; the cap (gin/recall/zoology.gin,
+        # 10,000 steps) is 20x it.
         recall_conv=Recall(tasks=((64, 4),), vocab_size=8192, eval_examples=3000,
                            gin=("gin/recall/zoology.gin",), learning_rates=(1e-3, 3e-3, 1e-2),
                            seeds=(0, 1, 2), num_features=256, feature_sweep=(16, 64, 256, 1024),
                            data="mqar_zoology", data_flags=("--test-kv", "8,16"),
                            splits=ZOOLOGY_SPLITS, rows=ZOOLOGY_ROWS, tune_families=True,
-                           tune_steps=2000, mechanism=True)),
+                           tune_steps=2000, mechanism=True, seeds_decision=True)),
     # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
     # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
     "paper": Budget(

@@ -4,6 +4,7 @@ Each row's learning rate is chosen on valid by tuning runs; `study_jobs` builds 
 
 import os
 
+from performer.figures import recall as recall_figure
 from performer.plans import job as job_lib
 from performer.plans.context import options, repo
 
@@ -128,13 +129,36 @@ def study_jobs(ctx, recall, study):
     chosen = chosen_rates(ctx, study)
   else:
     chosen = {task_name(t): dict.fromkeys(names, recall.learning_rates[0]) for t in recall.tasks}
-  runs = [_train(ctx, recall, study, t, row, chosen[task_name(t)][family(recall, row)], seed,
-                 "replicate")
+  rate = lambda t, row: chosen[task_name(t)][family(recall, row)]
+  runs = [_train(ctx, recall, study, t, row, rate(t, row), seed, "replicate")
           for t in recall.tasks if task_name(t) in chosen for seed in recall.seeds
           for row in names]
   if not runs:
     return out
-  out += runs
+  out += runs + _evaluated(ctx, recall, study, runs)
+  if recall.seeds_decision:  # the first seeds' verdicts decide which rows get more
+    out.append(ctx.figure(f"{study}_seeds", ("recall", "--runs", *map(ctx.archived, runs)),
+                          seeds_file(study), needs=[f"{j.name}_archive" for j in runs],
+                          study=study))
+    wanted = more_seeds(ctx, study)
+    if not wanted:
+      return out  # the figure waits for the decision (a plan built after it adds the runs)
+    first = max(recall.seeds) + 1
+    more = [_train(ctx, recall, study, t, row, rate(t, row), seed, "replicate")
+            for seed in range(first, first + recall_figure.MOST_SEEDS - len(recall.seeds))
+            for t in recall.tasks if task_name(t) in chosen for row in names
+            if wanted["rows"].get((task_name(t), row), 0) > seed]
+    out += more + _evaluated(ctx, recall, study, more)
+    runs += more
+  out.append(ctx.figure(study, ("recall", "--runs", *map(ctx.archived, runs)), f"{study}.png",
+                        needs=[f"{j.name}_archive" for j in runs], study=study))
+  return out
+
+
+def _evaluated(ctx, recall, study, runs):
+  """Each replicate's eval on the design's splits, its recall-rows probe (softmax estimators,
+  Recall.mechanism) and its archive."""
+  out = []
   for r in runs:
     evaluate, archive = ctx.evaluated(r, recall.splits, study=study)
     if recall.mechanism and rows(recall)[r.settings["row"]][0] in SOFTMAX_ESTIMATORS:
@@ -142,6 +166,23 @@ def study_jobs(ctx, recall, study):
       out += [evaluate, probe, ctx.archive(r, probe, study=study)]
     else:
       out += [evaluate, archive]
-  out.append(ctx.figure(study, ("recall", "--runs", *map(ctx.archived, runs)), f"{study}.png",
-                        needs=[f"{j.name}_archive" for j in runs], study=study))
   return out
+
+
+def seeds_file(study):
+  """The figure of a study's first seeds (Recall.seeds_decision); its .json twin holds, per
+  task, the claims that more seeds would resolve (figures/recall.py decide)."""
+  return f"{study}_seeds.png"
+
+
+def more_seeds(ctx, study):
+  """{"rows": {(task, row): seeds}} once the seeds decision is written ({} before): each row
+  of a claim that more seeds would resolve, at the most seeds any of its claims asks for."""
+  def read(record):
+    wanted = {}
+    for task, decided in record["tasks"].items():
+      for want in decided["more_seeds"]:
+        for row in want["rows"]:
+          wanted[task, row] = max(wanted.get((task, row), 0), int(want["seeds"]))
+    return {"rows": wanted}
+  return ctx.decision(seeds_file(study), read)

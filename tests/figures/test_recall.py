@@ -207,3 +207,36 @@ def test_every_row_has_its_own_colour_whatever_rows_are_present():
   assert len(colours) == len(set(colours)) == len(recall.LABELS) - 1  # identity is a line
   some = recall.styles_of(["smreg", "exact"])  # the colours of a row do not depend on the others
   assert some["smreg"] == every["smreg"] and some["exact"] == every["exact"]
+
+
+def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_resolve(
+    tmp_path, monkeypatch):
+  # Runs with Zoology's short convolution: seed s of each row gets every example right but the
+  # first lost[row][s] of one order of the examples (seed s's, 4 queries each).
+  monkeypatch.setitem(ROWS, "elu_plus_one", ("linear", {}))
+  monkeypatch.setitem(ROWS, "relu_deterministic", ("performer_relu", {"features": "deterministic"}))
+  rng = np.random.default_rng(5)
+  lost = {"exact": (0, 0, 0), "identity": (395, 395, 395), "favor_m64": (60, 60, 60),
+          "taylor": (2, 1, 3), "elu_plus_one": (8, 8, 8), "relu_deterministic": (36, 42, 48)}
+  folders = []
+  for seed in range(3):
+    order = rng.permutation(N)
+    for row, lose in lost.items():
+      correct = np.full(N, float(KV))
+      correct[order[:lose[seed]]] = 0
+      folder = _run(tmp_path / "z", row, seed, correct)
+      config = json.loads(open(f"{folder}/config.json").read())
+      config["model"]["conv_kernel"] = 3
+      open(f"{folder}/config.json", "w").write(json.dumps(config))
+      folders.append(folder)
+  recall.render(folders, str(tmp_path / "z.png"))
+  record = json.loads((tmp_path / "z.json").read_text())["tasks"]["L64_kv4"]
+  verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
+  assert verdicts["Taylor matches exact"] == "reproduced"  # 0.5 pp apart, delta 4.9 pp
+  assert verdicts["elu+1 better than FAVOR+ m=64 (same state)"] == "reproduced"  # 13 pp
+  # ReLU's 4.5 pp over FAVOR+ m=64 moves 1.5 pp from seed to seed: 3 seeds cannot tell, 4 can.
+  assert verdicts["ReLU better than FAVOR+ m=64 (same state)"] == "inconclusive"
+  assert record["more_seeds"] == [{"claim": "ReLU better than FAVOR+ m=64 (same state)",
+                                   "rows": ["relu_deterministic", "favor_m64"], "seeds": 4}]
+  claims = (tmp_path / "z_claims.md").read_text()
+  assert "seeds paired): ReLU better than FAVOR+ m=64 (same state): 4" in claims

@@ -325,3 +325,38 @@ def test_recall_conv_tunes_one_rate_per_family_and_reads_favors_rows_after_each_
   assert name.format("relu") + "_rows" not in after and name.format("exact") + "_rows" not in after
   assert len([j for j in after.values() if j.kind == "train"]) == 6 * 3 + 18 * 3
   plans.resolve(mini, list(after.values()) + [j for j in plans.build(mini) if j.study == "data"])
+
+
+def test_recall_conv_adds_seeds_only_to_the_rows_of_claims_that_more_seeds_would_resolve(mini):
+  os.makedirs(mini.results)
+  rows = recall_plan.rows(mini.budget.recall_conv)
+  with open(os.path.join(mini.results, "recall_conv_lr.json"), "w") as f:
+    json.dump({"chosen": {"L64_kv4": dict.fromkeys(rows, 0.01)}}, f)
+  first = {j.name: j for j in plans.build(mini) if j.study == "recall_conv"}
+  seeds = first["recall_conv_seeds"]  # the first seeds' figure decides; the final one waits
+  assert "recall_conv" not in first and seeds.outputs[0].endswith("recall_conv_seeds.png")
+  assert sorted(seeds.needs) == sorted(f"recall_conv_L64_kv4_{r}_s{s}_archive"
+                                        for r in rows for s in (0, 1, 2))
+  record = {"tasks": {"L64_kv4": {"more_seeds": [
+      {"claim": "FAVOR++ better than FAVOR+", "rows": ["favorpp", "favor_m256"], "seeds": 4},
+      {"claim": "FAVOR+ m=256 matches exact", "rows": ["favor_m256", "exact"], "seeds": 5}]}}}
+  with open(os.path.join(mini.results, "recall_conv_seeds.json"), "w") as f:
+    json.dump(record, f)
+  after = {j.name: j for j in plans.build(mini) if j.study == "recall_conv"}
+  added = sorted(n for n, j in after.items() if j.kind == "train" and n not in first)
+  assert added == ["recall_conv_L64_kv4_exact_s3", "recall_conv_L64_kv4_exact_s4",
+                   "recall_conv_L64_kv4_favor_m256_s3", "recall_conv_L64_kv4_favor_m256_s4",
+                   "recall_conv_L64_kv4_favorpp_s3"]
+  assert after["recall_conv_L64_kv4_favorpp_s3"].settings["seed"] == 3
+  assert "TrainConfig.seed=4" in after["recall_conv_L64_kv4_exact_s4"].bindings
+  assert "recall_conv_L64_kv4_favorpp_s3_rows" in after  # probed like the first seeds
+  final = after["recall_conv"]
+  assert set(final.needs) == {f"{n}_archive" for n in after if after[n].kind == "train"
+                              and after[n].settings["stage"] == "replicate"}
+  assert all(after[n] == j for n, j in first.items())  # the first seeds' jobs unchanged
+  # A decision that asks for nothing: the figure of the first seeds' runs alone.
+  with open(os.path.join(mini.results, "recall_conv_seeds.json"), "w") as f:
+    json.dump({"tasks": {"L64_kv4": {"more_seeds": []}}}, f)
+  none = {j.name: j for j in plans.build(mini) if j.study == "recall_conv"}
+  assert set(none) == set(first) | {"recall_conv"}
+  assert set(none["recall_conv"].needs) == set(seeds.needs)
