@@ -145,7 +145,7 @@ outs = [np.asarray(module(q, k, v, causal=c)) for c in (False, True)]
 print(json.dumps({"family": kernel.family, "label": kernel.label, "colour": kernel.colour,
                   "generalized": "softplus" in favor.GENERALIZED_KERNELS,
                   "state": attention.info("performer_relu").state_size(
-                      {"kernel": "softplus", "num_features": 6}, 16, 4),
+                      {"kernel": "softplus", "num_features": 6}, 16, 4, 4),
                   "finite": all(bool(np.isfinite(o).all()) for o in outs),
                   "causal_differs": bool(np.abs(outs[0] - outs[1]).max() > 1e-3)}))
 """

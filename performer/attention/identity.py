@@ -10,9 +10,9 @@ class IdentityAttention(nnx.Module):
   """out = v: no mixing across positions (trivially causal)."""
 
   @staticmethod
-  def state_size(options, seq_len, head_dim):
+  def state_size(options, seq_len, head_dim, value_dim):
     """None kept: 0 floats (the registry's BackendInfo.state_size)."""
-    del options, seq_len, head_dim
+    del options, seq_len, head_dim, value_dim
     return 0
 
   def __call__(self, q, k, v, *, mask=None, causal=False):

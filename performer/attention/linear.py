@@ -11,10 +11,10 @@ class LinearAttention(nnx.Module):
   """phi(x) = elu(x) + 1 on unscaled q and k; bidirectional or causal (chunked)."""
 
   @staticmethod
-  def state_size(options, seq_len, head_dim):
-    """K'^T V: M x d floats per head, M = d (the registry's BackendInfo.state_size)."""
+  def state_size(options, seq_len, head_dim, value_dim):
+    """K'^T V: M x d_v floats per head, M = d_k (the registry's BackendInfo.state_size)."""
     del options, seq_len
-    return head_dim * head_dim
+    return head_dim * value_dim
 
   def __init__(self, *, head_dim, chunk_size=None, span=None):
     self.head_dim = head_dim  # of q and k: the feature count M of the decoding state

@@ -85,15 +85,16 @@ class PerformerAttention(nnx.Module):
     return None if self.W is None else self.W[...]
 
   @staticmethod
-  def state_size(options, seq_len, head_dim):
-    """K'^T V: M x d floats per head, M from the kernel (the registry's BackendInfo.state_size).
+  def state_size(options, seq_len, head_dim, value_dim):
+    """K'^T V: M x d_v floats per head, M from the kernel and d_k (the registry's
+    BackendInfo.state_size).
 
     options: the backend's resolved options (registry.options)."""
     del seq_len
     kernel = favor.kernel(options["kernel"])
     M = kernel.num_features(options["num_features"], options.get("feature_dim") or head_dim,
                             deterministic=options.get("features") == "deterministic")
-    return M * head_dim
+    return M * value_dim
 
   def statistics(self):
     """(query, key) `favor.exponential.Moments` [H, ...] of the running averages (zero at first)."""

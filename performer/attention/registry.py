@@ -29,9 +29,11 @@ class BackendInfo:
     random_state: whether it has random state redrawn during training.
     defaults: its options and their values when attention_options omits them
       (a Performer's kernel resolved: 'positive' for performer_softmax).
-    state_size: (options, seq_len, head_dim) -> the floats one head keeps per
-      sequence when decoding (M x d for linear attention's K'^T V, L x d for a
-      KV cache), from the class's `state_size`; None where undeclared.
+    state_size: (options, seq_len, head_dim, value_dim) -> the floats one
+      head keeps per sequence when decoding, with queries and keys of
+      head_dim and values of value_dim (M x d_v for linear attention's
+      K'^T V, L x (d_k + d_v) for a KV cache), from the class's
+      `state_size`; None where undeclared.
   """
   name: str
   label: str
@@ -43,10 +45,11 @@ class BackendInfo:
   state_size: object = None
 
 
-def kv_cache_size(options, seq_len, head_dim):
-  """A KV cache's floats per head: L x d (the `state_size` of backends that keep every key)."""
+def kv_cache_size(options, seq_len, head_dim, value_dim):
+  """A KV cache's floats per head: L x (d_k + d_v) (the `state_size` of backends that keep every
+  key and value)."""
   del options
-  return seq_len * head_dim
+  return seq_len * (head_dim + value_dim)
 
 
 def register(name, *, label, colour, causal=True):

@@ -1,6 +1,6 @@
 """Associative recall (MQAR): accuracy against the attention's state, and the paper's claims there.
 
-Reads the recall study's archived runs (plans/recall.py); `CLAIMS` are declared before the runs."""
+Reads the recall study's archived runs (plans/recall.py); the claims are recall_claims.py's."""
 
 import json
 import os
@@ -13,30 +13,19 @@ from performer import attention, verdicts
 from performer.atomic import atomic_path
 from performer.errors import UserError
 from performer.figures import claims as claims_lib
-from performer.figures import recall_runs
+from performer.figures import recall_claims, recall_runs
 from performer.figures import runs as runs_lib
 from performer.figures.io import check_figure_path, save_figure
+from performer.figures.recall_runs import LABELS, label, state_size
 from performer.figures.tables import Column, write_table
 
 NAME = "recall"  # performer figure NAME
 SUMMARY = "MQAR recall accuracy against state size and m, with verdicts (--runs)"
 READS = "runs"  # render(run folders, out)
 
-# A twentieth of exact's gain over the control: the smallest gap in recall we would call a
-# different ability, declared before the runs; each row's MDE says whether 5 seeds resolve it.
-DELTA_FRACTION = 0.05
-# More seeds than a study's first ones only where they bring a claim's MDE under delta
-# (verdicts.seeds_to_resolve), up to this many.
-MOST_SEEDS = 5
 TASK = re.compile(r"L(\d+)_kv(\d+)")  # a task's name, plans/recall.py task_name
 DODGE = 1.035  # the factor between neighbouring markers of one state size on the log x axis
 UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
-LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
-          "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
-          "smreg": "SMREG", "favorpp": "FAVOR++ (GERF)", "favorsharp": "FAVOR# (SADERF)",
-          "simplex": "FAVOR+ simplex (SimRF)", "relu": "ReLU, random W", "relu_deterministic": "ReLU, deterministic",
-          "elu_plus_one": "elu+1 (linear)", "taylor": "Taylor (Based)", "reformer": "Reformer",
-          "identity": "identity (control)"}
 ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"),
                Column("test accuracy % (mean)", "{:.2f}"), Column("min", "{:.2f}"),
                Column("max", "{:.2f}"), Column("seeds"), Column("unlucky seeds"),
@@ -52,71 +41,6 @@ MECHANISM_COLUMNS = (Column("task"), Column("row"), Column("seeds"),
 CLAIM_COLUMNS = (Column("task"), Column("claim"), Column("paper"), Column("difference (pp)"),
                  Column("95% interval (pp)"), Column("MDE (pp)"), Column("delta (pp)"),
                  Column("seeds"), Column("verdict"), Column("why"))
-
-
-def label(row):
-  if row.startswith("favor_m"):
-    return f"FAVOR+ m={row.removeprefix('favor_m')}"
-  return LABELS.get(row, row)
-
-
-def _declared(rows, reference):
-  """[(id, text, kind, a, b)] for the rows present ({row: runs}); `reference` is the m of the
-  variant rows. Based's and Zoology's claims only where every run has their short convolution
-  (ModelConfig.conv_kernel): they are claims about that setting."""
-  favor = f"favor_m{reference}"
-  ms = sorted(int(r.removeprefix("favor_m")) for r in rows if r.startswith("favor_m"))
-  out = [(f"FAVOR+ m={m} matches exact", "FAVOR+ softmax attention matches exact attention "
-          "(Sec. 4, Fig. 6: 'nearly identical')", "matches", f"favor_m{m}", "exact") for m in ms]
-  out += [("no redraw worse than redraw", "without redrawing, training degrades (Sec. 4.2, "
-           "App. D.2)", "worse", "favor_no_redraw", favor),
-          ("trig worse than positive", "trigonometric features train unstably; positive ones "
-           "do not (Sec. 4.2, Fig. 5)", "worse", "trig", favor),
-          ("iid worse than orthogonal", "orthogonal features (ORF) lower the error, which "
-           "helps training (Sec. 3, Fig. 4)", "worse", "favor_iid", favor),
-          ("ReLU matches FAVOR+", "generalized ReLU attention is as good as softmax (Table 2)",
-           "matches", "relu", favor),
-          # After the paper: estimators of lower kernel variance (favor/exponential.py).
-          ("FAVOR++ better than FAVOR+", "GERF's lower kernel variance gives better attention "
-           "(Likhosherstov et al. 2022)", "better", "favorpp", favor),
-          ("FAVOR# better than FAVOR+", "SADERF's lower kernel variance gives better attention "
-           "(Likhosherstov et al. 2023)", "better", "favorsharp", favor),
-          ("simplex better than orthogonal", "simplex features lower the kernel's error below "
-           "orthogonal ones (Reid et al. 2023)", "better", "simplex", favor)]
-  runs = [run for group in rows.values() for run in group]
-  if runs and all(run.config["model"].get("conv_kernel") for run in runs):
-    out.append(("Taylor matches exact", "Based's Taylor map recalls as softmax attention does "
-                "(Arora et al. 2024, Fig. 3: Taylor 80-99%)", "matches", "taylor", "exact"))
-    for row, name in (("elu_plus_one", "elu+1"), ("relu_deterministic", "ReLU")):
-      same = _same_state(rows, row, ms)
-      if same:
-        out.append((f"{name} better than FAVOR+ m={same} (same state)", f"{name} is on the "
-                    "recall-state frontier, above a Performer of the same state (Arora et al. "
-                    "2024, Fig. 3, elu+1 as PosELU: ReLU 24-98%, 'Performer' 0-3%)", "better", row,
-                    f"favor_m{same}"))
-  return [c for c in out if c[3] in rows and c[4] in rows]
-
-
-def _same_state(rows, row, ms):
-  """The m of the FAVOR+ row whose attention state equals `row`'s, or None."""
-  if row not in rows:
-    return None
-  size = state_size(rows[row][0])
-  return next((m for m in ms if state_size(rows[f"favor_m{m}"][0]) == size), None)
-
-
-def state_size(run):
-  """Floats one attention layer keeps per head and sequence (attention.BackendInfo.state_size).
-
-  Raises:
-    UserError: a backend that declares no state size.
-  """
-  model = run.config["model"]
-  size = attention.info(run.attention).state_size
-  if size is None:
-    raise UserError(f"{run.path}: attention {run.attention!r} declares no state size")
-  return size(attention.options(run.attention, model.get("attention_options")),
-              run.config["data"]["seq_len"], model["d_model"] // model["num_heads"])
 
 
 def _by_task(loaded):
@@ -162,60 +86,6 @@ def _accuracy(group):
                    else np.nan for run in group])
 
 
-def _reference(rows):
-  """The m of the variant rows (their num_features), or None without them."""
-  for row in ("favor_no_redraw", "trig", "favor_iid", "relu"):
-    if row in rows:
-      return attention.options(rows[row][0].attention, rows[row][0].config["model"].get(
-          "attention_options"))["num_features"]
-  return None
-
-
-def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
-  """(verdicts, gate or None, more seeds) of one task's declared claims.
-
-  More seeds: [{"claim", "rows": [a, b], "seeds"}] for each inconclusive
-  claim whose MDE more seeds of both rows (paired, at most MOST_SEEDS) would
-  bring under its delta (verdicts.seeds_to_resolve): the runs worth adding
-  (plans/recall.py reads them).
-  """
-  reps = {row: claims_lib.replicates(group) for row, group in rows.items()}
-  gate = None
-  if all(r in reps and reps[r][0] is not None for r in ("exact", "identity")):
-    gate = verdicts.gate("U", reps["exact"][0], reps["identity"][0], bootstrap=bootstrap)
-  delta = DELTA_FRACTION * gate.evidence.diff if gate and gate.evidence.diff > 0 else 1.0
-  declared = _declared(rows, _reference(rows))
-  claims, evidence, notes, paired = [], {}, {}, {}
-  for cid, text, kind, a, b in declared:
-    claims.append(verdicts.Claim(id=cid, text=text, kind=kind, a=a, b=b, metric="accuracy",
-                                 split="test", delta=delta, family=task,
-                                 delta_source=f"{DELTA_FRACTION:g} x exact's gain over identity",
-                                 direction="U" if gate else None))
-    (ra, why_a), (rb, why_b) = reps[a], reps[b]
-    seeds_a, seeds_b = [r.seed for r in rows[a]], [r.seed for r in rows[b]]
-    if ra is None or rb is None:
-      notes[cid] = why_a or why_b
-    elif len({recall_runs.planned(r) for r in rows[a] + rows[b]}) != 1:
-      notes[cid] = f"{label(a)} and {label(b)} were evaluated at different steps"
-    else:
-      paired[cid] = seeds_a == seeds_b
-      evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap, paired_seeds=paired[cid])
-  if gate is None:
-    notes = {c.id: "needs exact and identity runs with per-sequence test evals" for c in claims}
-  decided = [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
-                                                                notes[v.claim.id])
-             for v in verdicts.decide(claims, evidence, {"U": gate} if gate else {})]
-  more = []
-  for v in decided:
-    if v.verdict == verdicts.INCONCLUSIVE and v.claim.id in evidence:
-      a, b = reps[v.claim.a][0], reps[v.claim.b][0]
-      n = verdicts.seeds_to_resolve(v.claim, a, b, v.evidence, MOST_SEEDS,
-                                    paired_seeds=paired[v.claim.id])
-      if n:
-        more.append({"claim": v.claim.id, "rows": [v.claim.a, v.claim.b], "seeds": n})
-  return decided, gate, more
-
-
 def render(run_dirs, out_path):
   """Writes the figure to out_path and <stem>.md/.csv/.json beside it; returns the paths.
 
@@ -238,8 +108,8 @@ def render(run_dirs, out_path):
     ceiling = recall_runs.ceilings(next(iter(rows.values()))[0], ("test", *extra))
     ceiling_notes += [recall_runs.ceiling_note(task, s, c) for s, c in ceiling.items()]
     _draw(left, right, task, rows, means, ceiling.get("test"))
-    decided, gate, more = decide(task, rows)
-    more_notes.append(_more_note(task, more))
+    decided, gate, more = recall_claims.decide(task, rows)
+    more_notes.append(recall_claims.more_note(task, more))
     for v in decided:
       cells = verdicts.row(v)
       claim_cells.append([task, v.claim.id, v.claim.text, cells["difference (pp)"],
@@ -309,7 +179,7 @@ def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, c
                               "minus the second; seeds paired (a t interval over per-seed "
                               "differences) plus a paired bootstrap over test examples. The "
                               "rule: performer/verdicts.py; the claims: "
-                              "performer/figures/recall.py."])
+                              "performer/figures/recall_claims.py."])
   mechanism_md = () if not mechanism_cells else write_table(
       stem + "_mechanism.md", "What FAVOR does on the trained models' own queries and keys",
       MECHANISM_COLUMNS, mechanism_cells, [
@@ -319,14 +189,6 @@ def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, c
           "weight on the queried key's value token, largest weight; the attention layer), "
           "and the model's test accuracy through FAVOR's rows and through the exact rows."])
   return (*rows_md, *claims_md, *mechanism_md)
-
-
-def _more_note(task, more):
-  """The claims table's line on the seeds that would resolve an inconclusive claim."""
-  wanted = "; ".join(f"{m['claim']}: {m['seeds']}" for m in more) or "none"
-  return (f"{task}: seeds per row (at most {MOST_SEEDS}, both rows of a claim) that would bring "
-          f"an inconclusive claim's MDE under its delta (verdicts.seeds_to_resolve, seeds "
-          f"paired): {wanted}")
 
 
 def _split_key(split):
@@ -373,7 +235,7 @@ def _draw(left, right, task, rows, means, ceiling=None):
       ax.plot(x, ys, color="k", marker="o", label="FAVOR+ (positive, ORF, redrawn)")
       for xi, r in zip(x, favor):
         point(ax, xi, r, color="k")
-  # Many rows share a state size (m = 64 x d_head); spread them a little on the log axis so
+  # Many rows share a state size (m x d_v); spread them a little on the log axis so
   # that each marker and its seed range stays visible.
   at = {"left": {}, "right": {}}
   for row in styles:
@@ -387,7 +249,7 @@ def _draw(left, right, task, rows, means, ceiling=None):
         point(ax, x * DODGE ** (k - (len(group) - 1) / 2), row, label=label(row), **styles[row])
   left.set_xscale("log")
   right.set_xscale("log", base=2)
-  left.set_xlabel("attention state per layer (floats: M x d_head, or L x d_head)")
+  left.set_xlabel("attention state per layer (floats: M x d_v, or a KV cache's L x (d_k + d_v))")
   right.set_xlabel("random features m")
   for ax in (left, right):
     ax.set_ylabel("test accuracy (%)")

@@ -1,14 +1,45 @@
-"""What the recall figure reads of each run beyond its evals: the row probe, the early stop,
-the last valid gain, the task's no-binding ceilings, and the notes they make."""
+"""What the recall figure reads of each run beyond its evals: its row's label, its attention's
+state, the row probe, the early stop, the last valid gain, the task's no-binding ceilings, and
+the notes they make."""
 
 import json
 import os
 
+from performer import attention
 from performer.data import mqar
+from performer.errors import UserError
 
 CLIMB = 1000  # steps over which a run's last valid gain is read: is it still climbing?
 MECHANISM = ("accuracy_favor", "accuracy_exact_rows", "l1", "favor_answer", "exact_answer",
              "favor_max", "exact_max")  # recall_rows.json's numbers, layer 0's for the rows
+LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
+          "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
+          "smreg": "SMREG", "favorpp": "FAVOR++ (GERF)", "favorsharp": "FAVOR# (SADERF)",
+          "simplex": "FAVOR+ simplex (SimRF)", "relu": "ReLU, random W", "relu_deterministic": "ReLU, deterministic",
+          "elu_plus_one": "elu+1 (linear)", "taylor": "Taylor (Based)", "reformer": "Reformer",
+          "identity": "identity (control)"}
+
+
+def label(row):
+  if row.startswith("favor_m"):
+    return f"FAVOR+ m={row.removeprefix('favor_m')}"
+  return LABELS.get(row, row)
+
+
+def state_size(run):
+  """Floats one attention layer keeps per head and sequence (attention.BackendInfo.state_size),
+  with queries and keys of ModelConfig.qk_dim (or the head's width) and values of the head's.
+
+  Raises:
+    UserError: a backend that declares no state size.
+  """
+  model = run.config["model"]
+  size = attention.info(run.attention).state_size
+  if size is None:
+    raise UserError(f"{run.path}: attention {run.attention!r} declares no state size")
+  value_dim = model["d_model"] // model["num_heads"]
+  return size(attention.options(run.attention, model.get("attention_options")),
+              run.config["data"]["seq_len"], model.get("qk_dim") or value_dim, value_dim)
 
 
 def mechanism(run):

@@ -29,7 +29,7 @@ class Recall:
     mechanism: every softmax-estimating replicate is read by `performer
       recall-rows` after its eval (experiments/recall_rows.py).
     seeds_decision: `seeds` first, then more seeds (up to
-      figures/recall.py MOST_SEEDS) of the rows of each claim they leave
+      figures/recall_claims.py MOST_SEEDS) of the rows of each claim they leave
       inconclusive where more would resolve it (verdicts.seeds_to_resolve).
   """
   tasks: tuple[tuple[int, int], ...]

@@ -4,7 +4,7 @@ Each row's learning rate is chosen on valid by tuning runs; `study_jobs` builds 
 
 import os
 
-from performer.figures import recall as recall_figure
+from performer.figures import recall_claims
 from performer.plans import job as job_lib
 from performer.plans.context import options, repo
 
@@ -145,7 +145,7 @@ def study_jobs(ctx, recall, study):
       return out  # the figure waits for the decision (a plan built after it adds the runs)
     first = max(recall.seeds) + 1
     more = [_train(ctx, recall, study, t, row, rate(t, row), seed, "replicate")
-            for seed in range(first, first + recall_figure.MOST_SEEDS - len(recall.seeds))
+            for seed in range(first, first + recall_claims.MOST_SEEDS - len(recall.seeds))
             for t in recall.tasks if task_name(t) in chosen for row in names
             if wanted["rows"].get((task_name(t), row), 0) > seed]
     out += more + _evaluated(ctx, recall, study, more)
@@ -171,7 +171,7 @@ def _evaluated(ctx, recall, study, runs):
 
 def seeds_file(study):
   """The figure of a study's first seeds (Recall.seeds_decision); its .json twin holds, per
-  task, the claims that more seeds would resolve (figures/recall.py decide)."""
+  task, the claims that more seeds would resolve (figures/recall_claims.py decide)."""
   return f"{study}_seeds.png"
 
 

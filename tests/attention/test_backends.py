@@ -276,13 +276,13 @@ def test_every_backend_has_its_own_label_and_colour_and_is_found_by_its_label():
     ("performer_relu", {"kernel": "taylor", "features": "deterministic", "feature_dim": 3}),
     ("performer_relu", {"num_features": 8, "kernel": "hyperbolic", "feature_dim": 5})])
 def test_the_declared_state_size_is_that_of_the_decoding_state(name, extra):
-  state, _, _ = _make(name, **extra).decode_init(1, 1, D)  # S: [B, H, M, dv]
+  state, _, _ = _make(name, **extra).decode_init(1, 1, 2 * D)  # S: [B, H, M, dv], dv = 2 d_k
   options = attention.options(name, {**OPTIONS.get(name, {}), **extra})
-  assert attention.info(name).state_size(options, L, D) == state.shape[2] * state.shape[3]
+  assert attention.info(name).state_size(options, L, D, 2 * D) == state.shape[2] * state.shape[3]
 
 
-def test_a_kv_cache_holds_l_by_d_and_identity_nothing():
+def test_a_kv_cache_holds_l_by_dk_plus_dv_and_identity_nothing():
   for name in ("exact", "reformer"):
-    assert attention.info(name).state_size({}, L, D) == L * D
-  assert attention.info("identity").state_size({}, L, D) == 0
+    assert attention.info(name).state_size({}, L, D, 2 * D) == L * 3 * D
+  assert attention.info("identity").state_size({}, L, D, D) == 0
   assert attention.info("linformer").state_size is None

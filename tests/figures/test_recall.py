@@ -79,7 +79,7 @@ def test_claims_are_decided_by_the_rule_and_rows_summarised(study, tmp_path):
   assert "| L64_kv4 | FAVOR+ no redraw | 4096 |" in rows  # m x d_head = 64 x 64
   assert "| 3 |" in rows.split("FAVOR+ no redraw")[1].split("\n")[0]  # the unlucky seed
   assert "| L64_kv4 | Taylor (Based) | 17472 |" in rows  # (1 + 16 + 16^2) x 64
-  assert "| L64_kv4 | exact softmax | 4096 |" in rows  # L x d_head
+  assert "| L64_kv4 | exact softmax | 8192 |" in rows  # L x (d_k + d_v)
   claims = (tmp_path / "out" / "recall_claims.md").read_text()
   assert "gate passed" in claims and "TOST at +-4.8" in claims
 
