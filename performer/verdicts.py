@@ -149,15 +149,35 @@ def estimate(a, b, *, bootstrap=BOOTSTRAP, seed=0, paired_seeds=False):
       df = seed_var ** 2 / sum(p ** 2 / (acc.size - 1) for p, acc in zip(parts, (acc_a, acc_b)))
     else:
       df = math.inf if len(parts) == 2 else math.nan
+  se_test = _bootstrap_se(lambda index: a.accuracy(index).mean(axis=0) -
+                          b.accuracy(index).mean(axis=0), a.correct.shape[1], bootstrap, seed)
+  return Evidence(diff=diff, se_seed=math.sqrt(seed_var) if seed_var == seed_var else math.nan,
+                  se_test=se_test, df=df, seeds=(a.seeds, b.seeds))
+
+
+def level(a, *, bootstrap=BOOTSTRAP, seed=0):
+  """Evidence for the mean accuracy of one group (in `diff`), as `estimate` gives a difference:
+  a t interval over its seeds (df = seeds - 1) plus a bootstrap over the test sequences.
+
+  A group of one seed has no seed part (se_seed and df NaN: no interval).
+  """
+  acc = a.accuracy()
+  n = acc.size
+  se_test = _bootstrap_se(lambda index: a.accuracy(index).mean(axis=0), a.correct.shape[1],
+                          bootstrap, seed)
+  return Evidence(diff=float(acc.mean()),
+                  se_seed=float(acc.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan,
+                  se_test=se_test, df=float(n - 1) if n > 1 else math.nan, seeds=(n,))
+
+
+def _bootstrap_se(statistic, n, bootstrap, seed):
+  """The standard deviation of statistic(index [resamples, n]) -> [resamples] over `bootstrap`
+  resamples of the n test sequences."""
   rng = np.random.default_rng(seed)
-  n = a.correct.shape[1]
   draws = []
   for start in range(0, bootstrap, 64):  # 64 resamples at a time: [seeds, 64, n] in memory
-    index = rng.integers(0, n, (min(64, bootstrap - start), n))
-    draws.append(a.accuracy(index).mean(axis=0) - b.accuracy(index).mean(axis=0))
-  draws = np.concatenate(draws)
-  return Evidence(diff=diff, se_seed=math.sqrt(seed_var) if seed_var == seed_var else math.nan,
-                  se_test=float(draws.std(ddof=1)), df=df, seeds=(a.seeds, b.seeds))
+    draws.append(statistic(rng.integers(0, n, (min(64, bootstrap - start), n))))
+  return float(np.concatenate(draws).std(ddof=1))
 
 
 def projected(a, b, evidence, seeds, *, paired_seeds=False):

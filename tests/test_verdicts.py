@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from performer import verdicts
 from performer.verdicts import Claim, Replicates
@@ -265,3 +266,19 @@ def test_the_paired_projection_keeps_only_the_variance_the_pair_does_not_share()
   assert np.median(projections) == pytest.approx(np.median(actual), rel=0.3)
   with pytest.raises(ValueError, match="as many seeds"):
     verdicts.projected(a, _shared_seed_luck(rng, 0.0, seeds=2)[0], ev, 5, paired_seeds=True)
+
+
+def test_a_groups_level_has_its_seeds_t_interval_and_the_test_sets_binomial_error():
+  rng = np.random.default_rng(12)
+  seeds, n, p = 4, 3000, 0.6
+  group = Replicates(rng.binomial(4, p, (seeds, n)), np.full((seeds, n), 4.0))
+  ev = verdicts.level(group, bootstrap=1000)
+  acc = group.accuracy()
+  assert ev.diff == pytest.approx(acc.mean()) and ev.df == seeds - 1
+  assert ev.se_seed == pytest.approx(acc.std(ddof=1) / math.sqrt(seeds))
+  # Resampling sequences moves the mean over 4 independent seeds by sqrt(p (1 - p) / (4 S n)).
+  assert ev.se_test == pytest.approx(math.sqrt(p * (1 - p) / (4 * seeds * n)), rel=0.1)
+  low, high = ev.interval()
+  assert high - low == pytest.approx(2 * stats.t.ppf(0.975, seeds - 1) * ev.se)
+  one = verdicts.level(Replicates(group.correct[:1], group.tokens[:1]), bootstrap=100)
+  assert math.isnan(one.se_seed) and math.isnan(one.interval()[0])

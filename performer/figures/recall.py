@@ -27,7 +27,8 @@ TASK = re.compile(r"L(\d+)_kv(\d+)")  # a task's name, plans/recall.py task_name
 DODGE = 1.035  # the factor between neighbouring markers of one state size on the log x axis
 UNLUCKY = 0.5  # a seed below this fraction of its row's median accuracy is "unlucky"
 ROW_COLUMNS = (Column("task"), Column("row"), Column("attention state per layer"),
-               Column("test accuracy % (mean)", "{:.2f}"), Column("min", "{:.2f}"),
+               Column("test accuracy % (mean)", "{:.2f}"), Column("95% interval"),
+               Column("min", "{:.2f}"),
                Column("max", "{:.2f}"), Column("seeds"), Column("unlucky seeds"),
                Column("learning rate", "{:g}"), Column("steps (median)", "{:.0f}"),
                Column("valid gain, last 1,000 steps (pp)", "{:.2f}"))
@@ -143,7 +144,7 @@ def _row(task, row, group, extra, row_cells, mechanism_cells):
   mean = float(finite.mean()) if finite.size else None
   median = float(np.median(finite)) if finite.size else 0.0
   unlucky = [run.seed for run, a in zip(group, acc) if not a >= UNLUCKY * median]
-  row_cells.append([task, label(row), state_size(group[0]), mean,
+  row_cells.append([task, label(row), state_size(group[0]), mean, _interval(group),
                     float(finite.min()) if finite.size else None,
                     float(finite.max()) if finite.size else None, len(group),
                     ", ".join(map(str, unlucky)) or "-", group[0].settings.get("lr"),
@@ -159,12 +160,23 @@ def _row(task, row, group, extra, row_cells, mechanism_cells):
   return mean, finite
 
 
+def _interval(group):
+  """The 95% interval of a row's mean test accuracy (verdicts.level: its seeds and the test
+  set), as text; '-' without two seeds of per-sequence sums."""
+  reps, _ = claims_lib.replicates(group)
+  if reps is None or reps.seeds < 2:
+    return "-"
+  low, high = verdicts.level(reps).interval()
+  return f"{100 * low:.2f} .. {100 * high:.2f}"
+
+
 def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, claim_notes):
   """Writes the rows, claims and (if any) mechanism tables; returns their paths."""
   rows_md = write_table(stem + ".md", "Associative recall (MQAR): test accuracy per row",
                         columns, row_cells, [
                             "Accuracy over the query positions of the fixed test set, in %; "
-                            "min and max over seeds. Unlucky: seeds below "
+                            "its 95% interval from the seeds (t) and the test set (bootstrap, "
+                            "verdicts.level); min and max over seeds. Unlucky: seeds below "
                             f"{UNLUCKY:g} x the row's median. Steps: where the runs were "
                             "evaluated (an early stop at 99% valid accuracy, or the cap); valid "
                             "gain: valid accuracy at the last eval minus "

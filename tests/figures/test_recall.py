@@ -80,6 +80,14 @@ def test_claims_are_decided_by_the_rule_and_rows_summarised(study, tmp_path):
   assert "| 3 |" in rows.split("FAVOR+ no redraw")[1].split("\n")[0]  # the unlucky seed
   assert "| L64_kv4 | Taylor (Based) | 17472 |" in rows  # (1 + 16 + 16^2) x 64
   assert "| L64_kv4 | exact softmax | 8192 |" in rows  # L x (d_k + d_v)
+  # Each row's 95% interval: at least its seeds' t interval, about the mean.
+  cells = next(line for line in rows.split("\n") if "| FAVOR+ m=16 |" in line).split(" | ")
+  mean, (low, high) = float(cells[3]), map(float, cells[4].split(" .. "))
+  seeds = 100 * np.array([json.loads(open(f"{f}/eval_test.json").read())["accuracy"]
+                          for f in study if "favor_m16_" in f])
+  half = 2.776 * seeds.std(ddof=1) / np.sqrt(5)  # t(0.975, 4)
+  assert low < mean < high and mean - low == pytest.approx(high - mean, abs=0.011)
+  assert half < high - mean < half + 2.776 * 1.0  # the test set adds under 1 pp of se here
   claims = (tmp_path / "out" / "recall_claims.md").read_text()
   assert "gate passed" in claims and "TOST at +-4.8" in claims
 
