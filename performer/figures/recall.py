@@ -270,7 +270,7 @@ def _draw(left, right, task, rows, means, ceiling=None):
   left.set_title(f"MQAR {task}: accuracy against state size")
   right.set_title(f"MQAR {task}: random-feature rows against m")
   for ax, where in ((left, dict(loc="center left", bbox_to_anchor=(1.0, 0.5))),
-                    (right, dict(loc="upper left"))):
+                    (right, dict(loc="lower right"))):
     if ax.get_legend_handles_labels()[0]:  # a panel without rows (no random features) has none
       ax.legend(fontsize=7, **where)
 
