@@ -71,6 +71,10 @@ def _reference(rows):
 def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
   """(verdicts, gate or None, more seeds) of one task's declared claims.
 
+  Seeds are paired: a claim compares the seeds its two rows share (a row
+  with more seeds, which another claim asked for, gives only those), and
+  falls back to unpaired groups where they share fewer than two.
+
   More seeds: [{"claim", "rows": [a, b], "seeds"}] for each inconclusive
   claim whose MDE more seeds of both rows (paired, at most MOST_SEEDS) would
   bring under its delta (verdicts.seeds_to_resolve): the runs worth adding
@@ -82,21 +86,23 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
     gate = verdicts.gate("U", reps["exact"][0], reps["identity"][0], bootstrap=bootstrap)
   delta = DELTA_FRACTION * gate.evidence.diff if gate and gate.evidence.diff > 0 else 1.0
   declared = _declared(rows, _reference(rows))
-  claims, evidence, notes, paired = [], {}, {}, {}
+  claims, evidence, notes, groups = [], {}, {}, {}
   for cid, text, kind, a, b in declared:
     claims.append(verdicts.Claim(id=cid, text=text, kind=kind, a=a, b=b, metric="accuracy",
                                  split="test", delta=delta, family=task,
                                  delta_source=f"{DELTA_FRACTION:g} x exact's gain over identity",
                                  direction="U" if gate else None))
-    (ra, why_a), (rb, why_b) = reps[a], reps[b]
-    seeds_a, seeds_b = [r.seed for r in rows[a]], [r.seed for r in rows[b]]
+    shared = {r.seed for r in rows[a]} & {r.seed for r in rows[b]}
+    pairs = len(shared) >= 2
+    runs_a, runs_b = ([r for r in rows[row] if r.seed in shared or not pairs] for row in (a, b))
+    (ra, why_a), (rb, why_b) = claims_lib.replicates(runs_a), claims_lib.replicates(runs_b)
     if ra is None or rb is None:
       notes[cid] = why_a or why_b
-    elif len({recall_runs.planned(r) for r in rows[a] + rows[b]}) != 1:
+    elif len({recall_runs.planned(r) for r in runs_a + runs_b}) != 1:
       notes[cid] = f"{label(a)} and {label(b)} were evaluated at different steps"
     else:
-      paired[cid] = seeds_a == seeds_b
-      evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap, paired_seeds=paired[cid])
+      groups[cid] = (ra, rb, pairs)
+      evidence[cid] = verdicts.estimate(ra, rb, bootstrap=bootstrap, paired_seeds=pairs)
   if gate is None:
     notes = {c.id: "needs exact and identity runs with per-sequence test evals" for c in claims}
   decided = [v if v.claim.id not in notes else verdicts.Verdict(v.claim, verdicts.NOT_TESTED,
@@ -105,9 +111,8 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
   more = []
   for v in decided:
     if v.verdict == verdicts.INCONCLUSIVE and v.claim.id in evidence:
-      a, b = reps[v.claim.a][0], reps[v.claim.b][0]
-      n = verdicts.seeds_to_resolve(v.claim, a, b, v.evidence, MOST_SEEDS,
-                                    paired_seeds=paired[v.claim.id])
+      a, b, pairs = groups[v.claim.id]
+      n = verdicts.seeds_to_resolve(v.claim, a, b, v.evidence, MOST_SEEDS, paired_seeds=pairs)
       if n:
         more.append({"claim": v.claim.id, "rows": [v.claim.a, v.claim.b], "seeds": n})
   return decided, gate, more

@@ -4,6 +4,7 @@ Each row's learning rate is chosen on valid by tuning runs; `study_jobs` builds 
 
 import os
 
+from performer.errors import UserError
 from performer.figures import recall_claims
 from performer.plans import job as job_lib
 from performer.plans.context import options, repo
@@ -140,14 +141,15 @@ def study_jobs(ctx, recall, study):
     out.append(ctx.figure(f"{study}_seeds", ("recall", "--runs", *map(ctx.archived, runs)),
                           seeds_file(study), needs=[f"{j.name}_archive" for j in runs],
                           study=study))
-    wanted = more_seeds(ctx, study)
-    if not wanted:
+    wanted = more_seeds(ctx, study, [(task_name(t), row) for t in recall.tasks for row in names])
+    if wanted is None:
       return out  # the figure waits for the decision (a plan built after it adds the runs)
     first = max(recall.seeds) + 1
+    extra = range(first, first + recall_claims.MOST_SEEDS - len(recall.seeds))
     more = [_train(ctx, recall, study, t, row, rate(t, row), seed, "replicate")
-            for seed in range(first, first + recall_claims.MOST_SEEDS - len(recall.seeds))
+            for count, seed in enumerate(extra, len(recall.seeds) + 1)
             for t in recall.tasks if task_name(t) in chosen for row in names
-            if wanted["rows"].get((task_name(t), row), 0) > seed]
+            if wanted.get((task_name(t), row), 0) >= count]
     out += more + _evaluated(ctx, recall, study, more)
     runs += more
   out.append(ctx.figure(study, ("recall", "--runs", *map(ctx.archived, runs)), f"{study}.png",
@@ -175,9 +177,14 @@ def seeds_file(study):
   return f"{study}_seeds.png"
 
 
-def more_seeds(ctx, study):
-  """{"rows": {(task, row): seeds}} once the seeds decision is written ({} before): each row
-  of a claim that more seeds would resolve, at the most seeds any of its claims asks for."""
+def more_seeds(ctx, study, planned):
+  """{(task, row): seeds} once the seeds decision is written (None before): each row of a
+  claim that more seeds would resolve, at the most seeds any of its claims asks for.
+
+  Raises:
+    UserError: a decision file that cannot be read, or that names a (task, row) not in
+      `planned` (another design's): its figure job must run again.
+  """
   def read(record):
     wanted = {}
     for task, decided in record["tasks"].items():
@@ -185,4 +192,14 @@ def more_seeds(ctx, study):
         for row in want["rows"]:
           wanted[task, row] = max(wanted.get((task, row), 0), int(want["seeds"]))
     return {"rows": wanted}
-  return ctx.decision(seeds_file(study), read)
+  path = ctx.result(os.path.splitext(seeds_file(study))[0] + ".json")
+  if not os.path.exists(path):
+    return None
+  wanted = ctx.decision(seeds_file(study), read).get("rows")
+  unknown = sorted(set(wanted or ()) - set(planned))
+  if wanted is None or unknown:
+    why = f"names {unknown[0][1]} of {unknown[0][0]}, not in the plan" if unknown else (
+        "cannot be read")
+    raise UserError(f"{path} {why}: delete it and run performer reproduce again (its figure job "
+                    f"{study}_seeds decides anew)")
+  return wanted

@@ -237,9 +237,17 @@ def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_r
       config["model"]["conv_kernel"] = 3
       open(f"{folder}/config.json", "w").write(json.dumps(config))
       folders.append(folder)
+  for seed in (3, 4):  # seeds another claim asked of FAVOR+ m=64 alone: its claims pair on 0-2
+    correct = np.full(N, float(KV))
+    correct[rng.permutation(N)[:200]] = 0
+    folders.append(_run(tmp_path / "z", "favor_m64", seed, correct))
+    config = json.loads(open(f"{folders[-1]}/config.json").read())
+    config["model"]["conv_kernel"] = 3
+    open(f"{folders[-1]}/config.json", "w").write(json.dumps(config))
   recall.render(folders, str(tmp_path / "z.png"))
   record = json.loads((tmp_path / "z.json").read_text())["tasks"]["L64_kv4"]
   verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
+  assert "| FAVOR+ m=64 | 4096 | 71.00 |" in (tmp_path / "z.md").read_text()  # all 5 seeds
   assert verdicts["Taylor matches exact"] == "reproduced"  # 0.5 pp apart, delta 4.9 pp
   assert verdicts["elu+1 better than FAVOR+ m=64 (same state)"] == "reproduced"  # 13 pp
   # ReLU's 4.5 pp over FAVOR+ m=64 moves 1.5 pp from seed to seed: 3 seeds cannot tell, 4 can.
@@ -248,3 +256,4 @@ def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_r
                                    "rows": ["relu_deterministic", "favor_m64"], "seeds": 4}]
   claims = (tmp_path / "z_claims.md").read_text()
   assert "seeds paired): ReLU better than FAVOR+ m=64 (same state): 4" in claims
+  assert "| +4.50 |" in claims.split("ReLU better")[1] and "| 3/3 |" in claims.split("ReLU better")[1]

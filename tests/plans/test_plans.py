@@ -1,5 +1,6 @@
 """Plans: sweeps and names, the budgets' runs against the old script's, selection, fingerprints."""
 
+import dataclasses
 import json
 import os
 
@@ -360,3 +361,23 @@ def test_recall_conv_adds_seeds_only_to_the_rows_of_claims_that_more_seeds_would
   none = {j.name: j for j in plans.build(mini) if j.study == "recall_conv"}
   assert set(none) == set(first) | {"recall_conv"}
   assert set(none["recall_conv"].needs) == set(seeds.needs)
+  # Seeds are counted, not named: first seeds 10-12, a fourth is seed 13.
+  design = dataclasses.replace(mini.budget.recall_conv, seeds=(10, 11, 12))
+  later = recall_plan.study_jobs(dataclasses.replace(
+      mini, budget=dataclasses.replace(mini.budget, recall_conv=design)), design, "recall_conv")
+  with open(os.path.join(mini.results, "recall_conv_seeds.json"), "w") as f:
+    json.dump(record, f)
+  added = {j.name for j in recall_plan.study_jobs(dataclasses.replace(
+      mini, budget=dataclasses.replace(mini.budget, recall_conv=design)), design, "recall_conv")
+      if j.kind == "train"} - {j.name for j in later if j.kind == "train"}
+  assert sorted(added) == ["recall_conv_L64_kv4_exact_s13", "recall_conv_L64_kv4_exact_s14",
+                           "recall_conv_L64_kv4_favor_m256_s13",
+                           "recall_conv_L64_kv4_favor_m256_s14", "recall_conv_L64_kv4_favorpp_s13"]
+  # A decision that cannot be read, or names a row of another design: one line, not a silence.
+  for text, why in (('{"tasks": {"L64_kv4": {}}}', "cannot be read"),
+                    ('{"tasks": {"L64_kv4": {"more_seeds": [{"rows": ["reformer"], "seeds": 4}]}}}',
+                     "names reformer of L64_kv4, not in the plan")):
+    with open(os.path.join(mini.results, "recall_conv_seeds.json"), "w") as f:
+      f.write(text)
+    with pytest.raises(UserError, match=why):
+      plans.build(mini)
