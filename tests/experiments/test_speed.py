@@ -111,11 +111,10 @@ def test_time_cap_gives_a_timeout_row():
 def test_jobs_run_series_side_by_side_in_plan_order():
   cfg = speed.SpeedConfig(configs=("small",), attentions=("identity", "exact"),
                           directions=("bidirectional", "causal"), modes=("fwd",),
-                          seq_lens=(16, 32), repeats=1, jobs=3)
+                          seq_lens=(16,), repeats=1, jobs=3)
   rows = speed.run(cfg, progress=False, log=lambda s: None).rows
   assert [(r["attention"], r["direction"], r["L"]) for r in rows] == [
-      (a, d, n) for a in ("identity", "exact") for d in ("bidirectional", "causal")
-      for n in (16, 32)]
+      (a, d, 16) for a in ("identity", "exact") for d in ("bidirectional", "causal")]
   assert all(r["status"] == "ok" and r["lock_wait_s"] >= 0 for r in rows), rows
 
 
