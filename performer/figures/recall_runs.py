@@ -15,7 +15,8 @@ MECHANISM = ("accuracy_favor", "accuracy_exact_rows", "l1", "favor_answer", "exa
 LABELS = {"exact": "exact softmax", "favor_no_redraw": "FAVOR+ no redraw",
           "favor_iid": "FAVOR+ iid", "hyperbolic": "FAVOR+ hyperbolic", "trig": "trig (SMtrig)",
           "smreg": "SMREG", "favorpp": "FAVOR++ (GERF)", "favorsharp": "FAVOR# (SADERF)",
-          "simplex": "FAVOR+ simplex (SimRF)", "relu": "ReLU, random W", "relu_deterministic": "ReLU, deterministic",
+          "simplex": "FAVOR+ simplex (SimRF)", "relu": "ReLU, random W",
+          "relu_deterministic": "ReLU, deterministic",
           "elu_plus_one": "elu+1 (linear)", "taylor": "Taylor (Based)", "reformer": "Reformer",
           "identity": "identity (control)"}
 

@@ -256,4 +256,5 @@ def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_r
                                    "rows": ["relu_deterministic", "favor_m64"], "seeds": 4}]
   claims = (tmp_path / "z_claims.md").read_text()
   assert "seeds paired): ReLU better than FAVOR+ m=64 (same state): 4" in claims
-  assert "| +4.50 |" in claims.split("ReLU better")[1] and "| 3/3 |" in claims.split("ReLU better")[1]
+  relu = claims.split("ReLU better")[1].split("\n")[0]
+  assert "| +4.50 |" in relu and "| 3/3 |" in relu
