@@ -80,10 +80,11 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
   bring under its delta (verdicts.seeds_to_resolve): the runs worth adding
   (plans/recall.py reads them).
   """
-  reps = {row: claims_lib.replicates(group) for row, group in rows.items()}
   gate = None
-  if all(r in reps and reps[r][0] is not None for r in ("exact", "identity")):
-    gate = verdicts.gate("U", reps["exact"][0], reps["identity"][0], bootstrap=bootstrap)
+  if "exact" in rows and "identity" in rows:
+    (exact, _), (control, _) = (claims_lib.replicates(rows[r]) for r in ("exact", "identity"))
+    if exact is not None and control is not None:
+      gate = verdicts.gate("U", exact, control, bootstrap=bootstrap)
   delta = DELTA_FRACTION * gate.evidence.diff if gate and gate.evidence.diff > 0 else 1.0
   declared = _declared(rows, _reference(rows))
   claims, evidence, notes, groups = [], {}, {}, {}
