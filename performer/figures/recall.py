@@ -82,8 +82,8 @@ def task_key(task):
   return int(length), int(kv)
 
 
-def _accuracy(group):
-  return np.array([run.value("test", "accuracy") if run.value("test", "accuracy") is not None
+def _accuracy(group, split="test"):
+  return np.array([run.value(split, "accuracy") if run.value(split, "accuracy") is not None
                    else np.nan for run in group])
 
 
@@ -101,14 +101,21 @@ def render(run_dirs, out_path):
   record = {"tasks": {}}
   extra = sorted({s for rows in tasks.values() for g in rows.values() for r in g for s in r.evals
                   if s.startswith("test_")}, key=_split_key)
-  fig, axes = plt.subplots(len(tasks), 2, figsize=(13, 4.6 * len(tasks)), squeeze=False)
-  for (task, rows), (left, right) in zip(tasks.items(), axes):
+  # One row of panels per test length and kv: the task's own test, then test_kv<n>.
+  drawn = ["test", *(s for s in extra if s.startswith("test_kv"))]
+  panels = len(tasks) * len(drawn)
+  fig, axes = plt.subplots(panels, 2, figsize=(13, 4.6 * panels), squeeze=False)
+  axes = iter(axes)
+  for task, rows in tasks.items():
     means = {}
     for row, group in rows.items():
       means[row] = _row(task, row, group, extra, row_cells, mechanism_cells)
     ceiling = recall_runs.ceilings(next(iter(rows.values()))[0], ("test", *extra))
     ceiling_notes += [recall_runs.ceiling_note(task, s, c) for s, c in ceiling.items()]
-    _draw(left, right, task, rows, means, ceiling.get("test"))
+    for split in drawn:
+      split_means = means if split == "test" else {
+          row: _split_mean(group, split) for row, group in rows.items()}
+      _draw(*next(axes), _title(task, split), rows, split_means, ceiling.get(split))
     decided, gate, more = recall_claims.decide(task, rows)
     more_notes.append(recall_claims.more_note(task, more))
     for v in decided:
@@ -158,6 +165,20 @@ def _row(task, row, group, extra, row_cells, mechanism_cells):
         (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
         for k in recall_runs.MECHANISM)])
   return mean, finite
+
+
+def _split_mean(group, split):
+  """(mean %, the finite accuracies %) of a row's seeds on one test split."""
+  acc = 100 * _accuracy(group, split)
+  finite = acc[np.isfinite(acc)]
+  return (float(finite.mean()) if finite.size else None), finite
+
+
+def _title(task, split):
+  """'L64_kv4', or 'L64_kv4 model on test_kv16 (kv = 16)' for another split's panels."""
+  if split == "test":
+    return task
+  return f"{task} model on {split} (kv = {split.removeprefix('test_kv')})"
 
 
 def _interval(group):
@@ -219,9 +240,9 @@ def _median(values):
   return float(np.median(values)) if values else None
 
 
-def _draw(left, right, task, rows, means, ceiling=None):
-  """Accuracy against state size (left) and against m (right) of one task; the test split's
-  no-binding ceiling (`ceilings`) as a dotted line."""
+def _draw(left, right, title, rows, means, ceiling=None):
+  """Accuracy against state size (left) and against m (right) of one task on one test split;
+  the split's no-binding ceiling (`ceilings`) as a dotted line."""
   styles = styles_of(rows)
   favor = sorted((r for r in rows if r.startswith("favor_m")),
                  key=lambda r: int(r.removeprefix("favor_m")))
@@ -267,8 +288,8 @@ def _draw(left, right, task, rows, means, ceiling=None):
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(-2, 102)
     ax.grid(alpha=0.3)
-  left.set_title(f"MQAR {task}: accuracy against state size")
-  right.set_title(f"MQAR {task}: random-feature rows against m")
+  left.set_title(f"MQAR {title}: accuracy against state size")
+  right.set_title(f"MQAR {title}: random-feature rows against m")
   for ax, where in ((left, dict(loc="center left", bbox_to_anchor=(1.0, 0.5))),
                     (right, dict(loc="lower right"))):
     if ax.get_legend_handles_labels()[0]:  # a panel without rows (no random features) has none

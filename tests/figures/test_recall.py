@@ -160,7 +160,8 @@ def test_recall_lr_writes_its_table_beside_the_runs_by_default(tmp_path, capsys)
   assert "recall_lr.csv" in capsys.readouterr().out
 
 
-def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_stops(tmp_path):
+def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_stops(
+    tmp_path, monkeypatch):
   from performer.data import mqar  # pylint: disable=import-outside-toplevel
   task = mqar.MQARConfig(vocab_size=64, seq_len=16, num_kv=2, eval_examples=N, test_kv=(4,))
   fingerprint = {"kind": mqar.KIND, **{k: v for k, v in vars(task).items()}}
@@ -189,7 +190,13 @@ def test_zoology_runs_report_every_test_split_the_ceilings_and_compare_early_sto
             json.dumps({"step": s, "split": "valid", "accuracy": 0.5 + s / 100_000}) + "\n"
             for s in range(500, 5001, 500)))
       folders.append(folder)
+  drawn = []  # the panels: one row per test (L, kv), each with that split's accuracies
+  monkeypatch.setattr(recall, "_draw", lambda left, right, title, rows, means, ceiling: (
+      drawn.append((title, means["favor_m64"][0], ceiling["ceiling"]))))
   recall.render(folders, str(tmp_path / "z.png"))
+  assert [(t, round(m)) for t, m, _ in drawn] == [("L16_kv2", 60.0),
+                                                     ("L16_kv2 model on test_kv4 (kv = 4)", 30.0)]
+  assert drawn[1][2] == mqar.ceilings(task, "test_kv4")["ceiling"]
   rows = (tmp_path / "z.md").read_text()
   header = rows.split("\n")[2]
   assert header.index("test_shuffled % (mean)") < header.index("test_kv4 % (mean)")
