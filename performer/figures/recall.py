@@ -49,9 +49,12 @@ def _by_task(loaded):
 
   Raises:
     UserError: a run without the recall study's settings, or with malformed
-      ones, or one neither evaluated on test nor diverged.
+      ones, or one neither evaluated on test nor diverged; two runs of one
+      task, row and seed; runs of one task on other data or with and without
+      the short convolution (two studies mixed, e.g. recall_* and
+      recall_conv_* archives).
   """
-  out = {}
+  out, seen, setting = {}, {}, {}
   for run in loaded:
     task, row = run.settings.get("task"), run.settings.get("row")
     if not task or not row:
@@ -61,6 +64,15 @@ def _by_task(loaded):
     check_settings(run.path, task, row)
     if "test" not in run.evals and not run.failed:
       raise UserError(f"{run.path}: no eval_test.json (run performer eval --split test)")
+    other = seen.setdefault((task, row, run.seed), run.path)
+    if other != run.path:
+      raise UserError(f"{run.path} and {other}: both are {task} {row} seed {run.seed}; give "
+                      "each run once (two studies mixed?)")
+    mine = (recall_runs.data_fingerprint(run), bool(run.config["model"].get("conv_kernel")))
+    first = setting.setdefault(task, (mine, run.path))
+    if first[0] != mine:
+      raise UserError(f"{run.path} and {first[1]}: {task} runs on other data or with and without "
+                      "the short convolution; render each study on its own")
     out.setdefault(task, {}).setdefault(row, []).append(run)
   return {t: {r: sorted(g, key=lambda run: run.seed) for r, g in rows.items()}
           for t, rows in sorted(out.items(), key=lambda kv: task_key(kv[0]))}

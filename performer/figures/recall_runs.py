@@ -76,14 +76,41 @@ def last_gain(run):
   return 100 * (acc - before[-1]) if before else None
 
 
+def data_fingerprint(run):
+  """The fingerprint of the data `run` trained on (its dataset.json, which archives keep); None
+  for a run without one.
+
+  Raises:
+    UserError: a dataset.json that cannot be read or holds no fingerprint.
+  """
+  path = os.path.join(run.path, "dataset.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      fingerprint = json.load(f)["fingerprint"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise UserError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+  if not isinstance(fingerprint, dict):
+    raise UserError(f"{path}: its fingerprint is not an object")
+  return fingerprint
+
+
 def ceilings(run, splits):
   """{split: mqar.ceilings} of the test splits among `splits` of the MQAR task `run` trained
-  on (its dataset.json, which archives keep); {} for a run without one."""
-  try:
-    with open(os.path.join(run.path, "dataset.json")) as f:
-      task = mqar.from_fingerprint(json.load(f)["fingerprint"])
-  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+  on (data_fingerprint); {} for a run without one or on other data than MQAR.
+
+  Raises:
+    UserError: a dataset.json that cannot be read, or an MQAR fingerprint with
+      unknown options.
+  """
+  fingerprint = data_fingerprint(run)
+  if fingerprint is None:
     return {}
+  try:
+    task = mqar.from_fingerprint(fingerprint)
+  except TypeError as e:  # an option this version does not know
+    raise UserError(f"{run.path}/dataset.json: not an MQAR task of this version ({e})") from None
   if task is None:
     return {}
   return {s: mqar.ceilings(task, s) for s in splits
@@ -101,7 +128,7 @@ def ceiling_note(task, split, rules):
 
 def gate_note(task, gate):
   if gate is None:
-    return f"{task}: no gate (needs exact and identity runs)."
+    return f"{task}: no gate (needs exact and identity runs with per-sequence test evals)."
   if gate["interval"] is None:
     return f"{task}: gate undecided (needs >= 2 seeds of exact and identity)."
   low, high = (100 * x for x in gate["interval"])

@@ -23,7 +23,7 @@ class Recall:
     splits: the replicates' test splits (mqar.py: test, test_shuffled,
       test_kv<n>).
     rows: the rows run (plans/recall.py rows(); empty: all).
-    tune_families: one rate per row family (plans/recall.py FAMILIES),
+    tune_families: one rate per row family (plans/recall.py family()),
       chosen on the family's first row, instead of one per row.
     tune_steps: the tuning runs' TrainConfig.steps (None: the runs').
     mechanism: every softmax-estimating replicate is read by `performer

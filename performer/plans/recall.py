@@ -15,7 +15,7 @@ SUMMARY = ("associative recall (MQAR): exact, FAVOR+ against m and its variants,
 TUNE_SEED = 100  # the tuning runs' seed: apart from every replicate's
 TAYLOR_DIM = 16  # Based's feature_dim (its Fig. 3 uses 16 and 24): 1 + 16 + 256 features
 # Rows whose rate is their family's (Recall.tune_families): every FAVOR+ estimator of softmax
-# takes the rate chosen for FAVOR+ at the design's m, random-W ReLU's is deterministic ReLU's.
+# takes the rate chosen for FAVOR+ at the design's m, deterministic ReLU's is random-W ReLU's.
 SOFTMAX_ESTIMATORS = ("performer_softmax", "performer_favorpp", "performer_favorsharp")
 FAVOR_VARIANTS = ("favor_no_redraw", "favor_iid", "hyperbolic", "trig", "smreg", "favorpp",
                   "favorsharp", "simplex")

@@ -153,6 +153,29 @@ def test_runs_without_a_test_eval_or_with_malformed_settings_get_one_line_errors
   assert not (tmp_path / "r.png").exists()
 
 
+def test_two_studies_mixed_get_a_one_line_error(tmp_path, capsys):
+  rng = np.random.default_rng(4)
+  fine = _run(tmp_path / "a", "exact", 0, _correct(rng, 0.9))
+  again = _run(tmp_path / "b", "exact", 0, _correct(rng, 0.9), lr=3e-3)  # the same row, seed
+  conv = _run(tmp_path / "c", "identity", 0, _correct(rng, 0.1))
+  config = json.loads(open(f"{conv}/config.json").read())
+  config["model"]["conv_kernel"] = 3
+  open(f"{conv}/config.json", "w").write(json.dumps(config))
+  other_data = _run(tmp_path / "d", "identity", 0, _correct(rng, 0.1))
+  open(f"{other_data}/dataset.json", "w").write(json.dumps({"fingerprint": {"kind": "other"}}))
+  broken = _run(tmp_path / "e", "identity", 0, _correct(rng, 0.1))
+  open(f"{broken}/dataset.json", "w").write("{")
+  cases = {"both are L64_kv4 exact seed 0": again,
+           "with and without the short convolution": conv,
+           "on other data": other_data,
+           "dataset.json: unreadable": broken}
+  for message, folder in cases.items():
+    assert cli.main(["figure", "recall", "--runs", fine, folder,
+                     "--out", str(tmp_path / "r.png")]) == 2
+    assert message in capsys.readouterr().err
+  assert not (tmp_path / "r.png").exists()
+
+
 def test_recall_lr_writes_its_table_beside_the_runs_by_default(tmp_path, capsys):
   folder = _run(tmp_path / "tune", "exact", 100, None, stage="tune", valid={"accuracy": 0.5})
   assert cli.main(["figure", "recall-lr", "--runs", folder]) == 0
