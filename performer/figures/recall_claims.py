@@ -41,7 +41,7 @@ def _declared(rows, reference):
   if runs and all(run.config["model"].get("conv_kernel") for run in runs):
     out.append(("Taylor matches exact", "Based's Taylor map recalls as softmax attention does "
                 "(Arora et al. 2024, Fig. 3: Taylor 80-99%)", "matches", "taylor", "exact"))
-    for row, name in (("elu_plus_one", "elu+1"), ("relu_deterministic", "ReLU")):
+    for row, name in (("elu_plus_one", "elu+1"), ("relu_deterministic", "deterministic ReLU")):
       same = _same_state(rows, row, ms)
       if same:
         out.append((f"{name} better than FAVOR+ m={same} (same state)", f"{name} is on the "

@@ -281,10 +281,10 @@ def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_r
   assert verdicts["Taylor matches exact"] == "reproduced"  # 0.5 pp apart, delta 4.9 pp
   assert verdicts["elu+1 better than FAVOR+ m=64 (same state)"] == "reproduced"  # 13 pp
   # ReLU's 4.5 pp over FAVOR+ m=64 moves 1.5 pp from seed to seed: 3 seeds cannot tell, 4 can.
-  assert verdicts["ReLU better than FAVOR+ m=64 (same state)"] == "inconclusive"
-  assert record["more_seeds"] == [{"claim": "ReLU better than FAVOR+ m=64 (same state)",
+  assert verdicts["deterministic ReLU better than FAVOR+ m=64 (same state)"] == "inconclusive"
+  assert record["more_seeds"] == [{"claim": "deterministic ReLU better than FAVOR+ m=64 (same state)",
                                    "rows": ["relu_deterministic", "favor_m64"], "seeds": 4}]
   claims = (tmp_path / "z_claims.md").read_text()
-  assert "seeds paired): ReLU better than FAVOR+ m=64 (same state): 4" in claims
+  assert "seeds paired): deterministic ReLU better than FAVOR+ m=64 (same state): 4" in claims
   relu = claims.split("ReLU better")[1].split("\n")[0]
   assert "| +4.50 |" in relu and "| 3/3 |" in relu
