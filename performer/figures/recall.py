@@ -195,12 +195,12 @@ def _title(task, split):
 
 def _interval(group):
   """The 95% interval of a row's mean test accuracy (verdicts.level: its seeds and the test
-  set), as text; '-' without two seeds of per-sequence sums."""
+  set), as text, cut to 0 .. 100%; '-' without two seeds of per-sequence sums."""
   reps, _ = claims_lib.replicates(group)
   if reps is None or reps.seeds < 2:
     return "-"
   low, high = verdicts.level(reps).interval()
-  return f"{100 * low:.2f} .. {100 * high:.2f}"
+  return f"{100 * max(low, 0.0):.2f} .. {100 * min(high, 1.0):.2f}"
 
 
 def _tables(stem, columns, row_cells, claim_cells, mechanism_cells, row_notes, claim_notes):

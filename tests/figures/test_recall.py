@@ -92,6 +92,20 @@ def test_claims_are_decided_by_the_rule_and_rows_summarised(study, tmp_path):
   assert "gate passed" in claims and "TOST at +-4.8" in claims
 
 
+def test_a_row_interval_stays_within_0_and_100(tmp_path):
+  # Two seeds 10 pp apart: the t interval, 95 +- 12.706 x 5 pp, passes 100%.
+  correct = np.full(N, float(KV))
+  folders = [_run(tmp_path / "r", "exact", 0, correct)]
+  correct = correct.copy()
+  correct[:N // 5] = KV / 2  # 90%
+  folders.append(_run(tmp_path / "r", "exact", 1, correct))
+  recall.render(folders, str(tmp_path / "o.png"))
+  row = next(line for line in (tmp_path / "o.md").read_text().split("\n") if "| exact softmax |" in line)
+  low = float(row.split(" | ")[4].split(" .. ")[0])
+  assert "| 95.00 |" in row and row.split(" | ")[4].endswith(" .. 100.00")
+  assert 95 - 12.706 * 5 - 1 < low <= 95 - 12.706 * 5  # the test set widens it a little
+
+
 def test_an_identity_as_good_as_exact_makes_claims_not_testable(tmp_path):
   rng = np.random.default_rng(1)
   folders = [_run(tmp_path / "r", row, seed, _correct(rng, 0.3)) for seed in range(3)
