@@ -68,10 +68,11 @@ def _by_task(loaded):
     if other != run.path:
       raise UserError(f"{run.path} and {other}: both are {task} {row} seed {run.seed}; give "
                       "each run once (two studies mixed?)")
-    mine = (recall_runs.data_fingerprint(run), bool(run.config["model"].get("conv_kernel")))
-    first = setting.setdefault(task, (mine, run.path))
-    if first[0] != mine:
-      raise UserError(f"{run.path} and {first[1]}: {task} runs on other data or with and without "
+    data, conv = recall_runs.data_fingerprint(run), bool(run.config["model"].get("conv_kernel"))
+    first_data, first_conv, first = setting.setdefault(task, (data, conv, run.path))
+    other_data = data is not None and first_data is not None and data != first_data
+    if other_data or conv != first_conv:
+      raise UserError(f"{run.path} and {first}: {task} runs on other data or with and without "
                       "the short convolution; render each study on its own")
     out.setdefault(task, {}).setdefault(row, []).append(run)
   return {t: {r: sorted(g, key=lambda run: run.seed) for r, g in rows.items()}

@@ -170,6 +170,7 @@ def test_runs_without_a_test_eval_or_with_malformed_settings_get_one_line_errors
 def test_two_studies_mixed_get_a_one_line_error(tmp_path, capsys):
   rng = np.random.default_rng(4)
   fine = _run(tmp_path / "a", "exact", 0, _correct(rng, 0.9))
+  open(f"{fine}/dataset.json", "w").write(json.dumps({"fingerprint": {"kind": "first"}}))
   again = _run(tmp_path / "b", "exact", 0, _correct(rng, 0.9), lr=3e-3)  # the same row, seed
   conv = _run(tmp_path / "c", "identity", 0, _correct(rng, 0.1))
   config = json.loads(open(f"{conv}/config.json").read())
