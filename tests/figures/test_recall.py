@@ -100,7 +100,8 @@ def test_a_row_interval_stays_within_0_and_100(tmp_path):
   correct[:N // 5] = KV / 2  # 90%
   folders.append(_run(tmp_path / "r", "exact", 1, correct))
   recall.render(folders, str(tmp_path / "o.png"))
-  row = next(line for line in (tmp_path / "o.md").read_text().split("\n") if "| exact softmax |" in line)
+  row = next(line for line in (tmp_path / "o.md").read_text().split("\n")
+             if "| exact softmax |" in line)
   low = float(row.split(" | ")[4].split(" .. ")[0])
   assert "| 95.00 |" in row and row.split(" | ")[4].endswith(" .. 100.00")
   assert 95 - 12.706 * 5 - 1 < low <= 95 - 12.706 * 5  # the test set widens it a little
@@ -297,8 +298,9 @@ def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_r
   assert verdicts["elu+1 better than FAVOR+ m=64 (same state)"] == "reproduced"  # 13 pp
   # ReLU's 4.5 pp over FAVOR+ m=64 moves 1.5 pp from seed to seed: 3 seeds cannot tell, 4 can.
   assert verdicts["deterministic ReLU better than FAVOR+ m=64 (same state)"] == "inconclusive"
-  assert record["more_seeds"] == [{"claim": "deterministic ReLU better than FAVOR+ m=64 (same state)",
-                                   "rows": ["relu_deterministic", "favor_m64"], "seeds": 4}]
+  assert record["more_seeds"] == [{
+      "claim": "deterministic ReLU better than FAVOR+ m=64 (same state)",
+      "rows": ["relu_deterministic", "favor_m64"], "seeds": 4}]
   claims = (tmp_path / "z_claims.md").read_text()
   assert "seeds paired): deterministic ReLU better than FAVOR+ m=64 (same state): 4" in claims
   relu = claims.split("ReLU better")[1].split("\n")[0]
