@@ -107,8 +107,8 @@ def render(run_dirs, out_path):
     UserError: an unwritable path, a run that is not a recall run, or any
       runs.load_runs error.
   """
-  check_figure_path(out_path)
   tasks = _by_task(runs_lib.load_runs(run_dirs))
+  check_figure_path(out_path)  # after the runs: a refused run leaves no new folder behind
   stem = os.path.splitext(out_path)[0]
   row_cells, claim_cells, mechanism_cells, ceiling_notes, more_notes = [], [], [], [], []
   record = {"tasks": {}}

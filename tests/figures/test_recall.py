@@ -187,9 +187,9 @@ def test_two_studies_mixed_get_a_one_line_error(tmp_path, capsys):
            "dataset.json: unreadable": broken}
   for message, folder in cases.items():
     assert cli.main(["figure", "recall", "--runs", fine, folder,
-                     "--out", str(tmp_path / "r.png")]) == 2
+                     "--out", str(tmp_path / "out" / "r.png")]) == 2
     assert message in capsys.readouterr().err
-  assert not (tmp_path / "r.png").exists()
+  assert not (tmp_path / "out").exists()
 
 
 def test_recall_lr_writes_its_table_beside_the_runs_by_default(tmp_path, capsys):
