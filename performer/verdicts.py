@@ -210,20 +210,47 @@ def projected(a, b, evidence, seeds, *, paired_seeds=False):
                   df=df, seeds=(seeds, seeds))
 
 
-def seeds_to_resolve(claim, a, b, evidence, most, *, paired_seeds=False):
+def seeds_to_resolve(claim, a, b, evidence, most, *, paired_seeds=False, alpha=ALPHA):
   """The fewest seeds per group, more than now and at most `most`, at which the design's MDE
-  would fall below the claim's delta; None where it is below already or stays above.
+  at level `alpha` would fall below the claim's delta; None where it is below already or stays
+  above.
 
   This is the rule for spending more runs on a claim: only where more seeds
   can make a difference of delta visible (see `projected`; paired_seeds as
-  there).
+  there). `alpha` is the level the claim will be tested at: studies declared
+  from 2026-12-07 pass `holm_level` (docs/ARCHITECTURE.md, "More seeds"),
+  earlier ones kept the unadjusted ALPHA they declared.
   """
-  if min(a.seeds, b.seeds) < 2 or evidence.mde() < claim.delta:
+  if min(a.seeds, b.seeds) < 2 or evidence.mde(alpha) < claim.delta:
     return None
-  for n in range(max(a.seeds, b.seeds) + 1, most + 1):
-    if projected(a, b, evidence, n, paired_seeds=paired_seeds).mde() < claim.delta:
+  return seeds_for(a, b, evidence, claim.delta, most, paired_seeds=paired_seeds, alpha=alpha,
+                   start=max(a.seeds, b.seeds) + 1)
+
+
+def seeds_for(a, b, evidence, effect, most, *, paired_seeds=False, alpha=ALPHA, start=2):
+  """The fewest seeds per group in start..most whose projected MDE at level `alpha` is under
+  `effect` (a difference, in the metric's unit), or None: the size of a design that detects
+  `effect` with POWER (`projected`; paired_seeds as there).
+
+  Raises:
+    ValueError: as `projected`.
+  """
+  for n in range(max(start, 2), most + 1):
+    if projected(a, b, evidence, n, paired_seeds=paired_seeds).mde(alpha) < effect:
       return n
   return None
+
+
+def holm_level(decided, claim, alpha=ALPHA):
+  """The level Holm's step-down compares `claim`'s p-value with at its next step: alpha over
+  the claims of its family (`decide`'s testable ones, those with p_adjusted) not yet rejected.
+  Before any run (no claim rejected) it is alpha / the family's size.
+
+  decided: the `decide` verdicts of the family (others are ignored).
+  """
+  family = [v for v in decided if v.claim.family == claim.family and v.p_adjusted is not None]
+  rejected = sum(v.p_adjusted < alpha for v in family)
+  return alpha / max(1, len(family) - rejected)
 
 
 def paired(a, b):

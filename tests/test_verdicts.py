@@ -7,6 +7,7 @@ deviation (what makes a test set's sample matter, paired across models).
 The truth is the difference of the models' offsets.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -282,3 +283,45 @@ def test_a_groups_level_has_its_seeds_t_interval_and_the_test_sets_binomial_erro
   assert high - low == pytest.approx(2 * stats.t.ppf(0.975, seeds - 1) * ev.se)
   one = verdicts.level(Replicates(group.correct[:1], group.tokens[:1]), bootstrap=100)
   assert math.isnan(one.se_seed) and math.isnan(one.interval()[0])
+
+
+def test_holm_level_is_alpha_over_the_family_claims_not_yet_rejected():
+  claims = [_claim("better", id=f"c{i}") for i in range(4)]
+  other = dataclasses.replace(_claim("better", id="o"), family="elsewhere")
+  ev = verdicts.Evidence(diff=0.01, se_seed=0.01, se_test=0.0, df=4, seeds=(5, 5))
+  decided = [verdicts.Verdict(c, "x", "", ev, p) for c, p in zip(claims, (0.001, 0.03, 0.2, 1.0))]
+  decided.append(verdicts.Verdict(other, "x", "", ev, 0.001))
+  # Two of the family's four are rejected at 0.05: the next Holm step is 0.05 / 2.
+  assert verdicts.holm_level(decided, claims[2]) == pytest.approx(0.025)
+  assert verdicts.holm_level(decided, other) == pytest.approx(0.05)
+  # Before any run (no verdicts with p-values): alpha / the family's size, as a design uses.
+  untested = [verdicts.Verdict(c, verdicts.INCONCLUSIVE, "", ev, 1.0) for c in claims]
+  assert verdicts.holm_level(untested, claims[0]) == pytest.approx(0.05 / 4)
+  assert verdicts.holm_level([verdicts.Verdict(claims[0], verdicts.NOT_TESTED, "")],
+                             claims[0]) == pytest.approx(0.05)
+
+
+def test_seeds_at_the_holm_level_are_more_and_give_the_mde_the_level_needs():
+  rng = np.random.default_rng(12)
+  claim = _claim("better", delta=0.03)
+  a, b = _shared_seed_luck(rng, 0.03, seeds=4, luck_sd=0.02)
+  ev = verdicts.estimate(a, b, bootstrap=200, paired_seeds=True)
+  level = 0.05 / 10
+  plain = verdicts.seeds_to_resolve(claim, a, b, ev, 20, paired_seeds=True)
+  holm = verdicts.seeds_to_resolve(claim, a, b, ev, 20, paired_seeds=True, alpha=level)
+  assert holm is not None and (plain is None or holm > plain)
+  # The MDE at the Holm level, (t_{1 - level/2} + t_{0.8}) * se at df = n - 1, falls under delta
+  # at `holm` seeds and not one fewer (an independent closed form of projected().mde).
+  def mde(n):
+    se_seed = np.std(a.accuracy() - b.accuracy(), ddof=1) / math.sqrt(n)
+    se = math.hypot(se_seed, ev.se_test)
+    return (stats.t.ppf(1 - level / 2, n - 1) + stats.t.ppf(0.8, n - 1)) * se
+  assert mde(holm) < claim.delta <= mde(holm - 1)
+  # seeds_for sizes a design for any effect: a smaller effect needs more seeds, from 2 up.
+  assert verdicts.seeds_for(a, b, ev, claim.delta, 20, paired_seeds=True, alpha=level,
+                            start=5) == holm
+  big, small = (verdicts.seeds_for(a, b, ev, e, 40, paired_seeds=True, alpha=level)
+                for e in (0.06, 0.02))
+  assert big is not None and small is not None and 2 <= big < small
+  assert mde(small) < 0.02 <= mde(small - 1)
+  assert verdicts.seeds_for(a, b, ev, 1e-6, 40, paired_seeds=True, alpha=level) is None

@@ -59,9 +59,9 @@ def _same_state(rows, row, ms):
   return next((m for m in ms if state_size(rows[f"favor_m{m}"][0]) == size), None)
 
 
-def _reference(rows):
+def reference(rows):
   """The m of the variant rows (their num_features), or None without them."""
-  for row in ("favor_no_redraw", "trig", "favor_iid", "relu"):
+  for row in ("favor_no_redraw", "trig", "favor_iid", "relu", "favorpp", "favorsharp"):
     if row in rows:
       return attention.options(rows[row][0].attention, rows[row][0].config["model"].get(
           "attention_options"))["num_features"]
@@ -86,7 +86,7 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
     if exact is not None and control is not None:
       gate = verdicts.gate("U", exact, control, bootstrap=bootstrap)
   delta = DELTA_FRACTION * gate.evidence.diff if gate and gate.evidence.diff > 0 else 1.0
-  declared = _declared(rows, _reference(rows))
+  declared = _declared(rows, reference(rows))
   claims, evidence, notes, groups = [], {}, {}, {}
   for cid, text, kind, a, b in declared:
     claims.append(verdicts.Claim(id=cid, text=text, kind=kind, a=a, b=b, metric="accuracy",

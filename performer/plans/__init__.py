@@ -7,12 +7,14 @@ import difflib
 import os
 
 from performer.errors import UserError
-from performer.plans import data, fig5, fig6, fig7, fig15, fig16, probes, recall, recall_conv
+from performer.plans import (data, fig5, fig6, fig7, fig15, fig16, probes, recall, recall_conv,
+                             recall_kv)
 from performer.plans.budgets import BUDGETS
 from performer.plans.context import Context
 from performer.plans.job import Job, fingerprint
 
-STUDIES = {m.STUDY: m for m in (fig6, fig5, fig7, fig15, fig16, probes, recall, recall_conv)}
+STUDIES = {m.STUDY: m for m in (fig6, fig5, fig7, fig15, fig16, probes, recall, recall_conv,
+                                 recall_kv)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +111,8 @@ def select(jobs, only=None, *, flag="--only"):
       names alone, not studies.
 
   Raises:
-    UserError: an unknown name, naming `flag` and the closest known names.
+    UserError: an unknown name, naming `flag` and the closest known names; studies
+      named that have no jobs.
   """
   by_name = {j.name: j for j in jobs}
   studies = [*STUDIES, data.STUDY] if flag != "--job" else []
@@ -121,6 +124,10 @@ def select(jobs, only=None, *, flag="--only"):
       wanted.add(name)
     else:
       raise UserError(_unknown(name, flag, studies, by_name))
+  if only and not wanted:
+    raise UserError(f"{flag} {','.join(only)}: no jobs in this budget yet (none declared, or "
+                    "waiting for another study's decision, as recall_kv waits for recall_conv's "
+                    "learning rates: add that study to --only)")
   todo = list(wanted)
   while todo:
     for need in by_name[todo.pop()].needs:

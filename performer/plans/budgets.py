@@ -31,6 +31,11 @@ class Recall:
     seeds_decision: `seeds` first, then more seeds (up to
       figures/recall_claims.py MOST_SEEDS) of the rows of each claim they leave
       inconclusive where more would resolve it (verdicts.seeds_to_resolve).
+    rates_from: the study whose tuning chose the rates (its data and
+      `<study>_lr.json`, its tuning runs' seed) instead of tuning anew; None:
+      this design tunes its own.
+    figure: the `performer figure` NAME of the study's figure.
+    probe_split: the split `performer recall-rows` reads (mechanism).
   """
   tasks: tuple[tuple[int, int], ...]
   vocab_size: int
@@ -48,6 +53,9 @@ class Recall:
   tune_steps: int | None = None
   mechanism: bool = False
   seeds_decision: bool = False
+  rates_from: str | None = None
+  figure: str = "recall"
+  probe_split: str = "test"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +89,8 @@ class Budget:
       models (the "no convolution" ablation of recall_conv).
     recall_conv: the recall study in Zoology's own setting (a short
       convolution before attention; plans/recall_conv.py).
+    recall_kv: the confirmatory study of recall_conv's rows at kv = 8 and 16
+      on fresh seeds (plans/recall_kv.py, figures/recall_kv.py).
   """
   name: str
   protein_gin: tuple[str, ...]
@@ -104,6 +114,7 @@ class Budget:
   staged: bool = True
   recall: Recall | None = None
   recall_conv: Recall | None = None
+  recall_kv: Recall | None = None
 
 
 # Zoology's model and data (gin/recall/zoology.gin; data/mqar.py's defaults: random fillers, a
@@ -112,6 +123,12 @@ ZOOLOGY_ROWS = ("exact", "favor_m16", "favor_m64", "favor_m256", "favor_m1024", 
                 "favor_iid", "hyperbolic", "trig", "smreg", "favorpp", "favorsharp", "simplex",
                 "relu", "relu_deterministic", "elu_plus_one", "taylor", "identity")
 ZOOLOGY_SPLITS = ("test", "test_shuffled", "test_kv8", "test_kv16")
+# recall_kv (declared 2026-12-07, docs/ARCHITECTURE.md): the rows its claims compare, on seeds
+# no recall_conv run used. 6 seeds: the Holm-aware design (figures/recall_kv.py design,
+# results/recall_kv_design.json) for the estimator claims, at most 8.
+RECALL_KV_ROWS = ("exact", "favor_m256", "favor_m1024", "favorpp", "favorsharp", "trig", "taylor",
+                  "relu", "identity")
+RECALL_KV_SEEDS = (4, 5, 6, 7, 8, 9)
 
 
 BUDGETS = {
@@ -139,7 +156,14 @@ BUDGETS = {
                            data_flags=("--test-kv", "4", "--train-pool", "64"),
                            splits=("test", "test_shuffled", "test_kv4"),
                            rows=("exact", "favor_m8", "favor_iid", "relu", "identity"),
-                           tune_families=True, tune_steps=2, mechanism=True)),
+                           tune_families=True, tune_steps=2, mechanism=True),
+        recall_kv=Recall(tasks=((16, 2),), vocab_size=64, eval_examples=16,
+                         gin=("gin/recall/zoology.gin", "gin/recall/tiny.gin"),
+                         learning_rates=(), seeds=(2, 3), num_features=8, feature_sweep=(8,),
+                         data="mqar_zoology", splits=("test", "test_kv4"),
+                         rows=("exact", "favor_m8", "relu", "identity"), tune_families=True,
+                         mechanism=True, rates_from="recall_conv", figure="recall-kv",
+                         probe_split="test_kv4")),
     # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (wall times:
     # results/README.md); concatenated proteins at L = 1024 (docs/reproducing.md: why).
     "mini": Budget(
@@ -160,7 +184,14 @@ BUDGETS = {
                            seeds=(0, 1, 2), num_features=256, feature_sweep=(16, 64, 256, 1024),
                            data="mqar_zoology", data_flags=("--test-kv", "8,16"),
                            splits=ZOOLOGY_SPLITS, rows=ZOOLOGY_ROWS, tune_families=True,
-                           tune_steps=2000, mechanism=True, seeds_decision=True)),
+                           tune_steps=2000, mechanism=True, seeds_decision=True),
+        recall_kv=Recall(tasks=((64, 4),), vocab_size=8192, eval_examples=3000,
+                         gin=("gin/recall/zoology.gin",), learning_rates=(),
+                         seeds=RECALL_KV_SEEDS, num_features=256, feature_sweep=(256, 1024),
+                         data="mqar_zoology", splits=("test", "test_kv8", "test_kv16"),
+                         rows=RECALL_KV_ROWS, tune_families=True, mechanism=True,
+                         rates_from="recall_conv", figure="recall-kv",
+                         probe_split="test_kv16")),
     # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
     # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
     "paper": Budget(

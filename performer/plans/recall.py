@@ -94,12 +94,13 @@ def _train(ctx, recall, study, task, row, lr, seed, stage):
                        study=study, settings=settings)
 
 
-def _rows_probe(train, evaluate, study):
-  """`performer recall-rows` on a replicate, after its eval (the checkpoint is still there):
-  <workdir>/recall_rows.json, which the archive keeps."""
+def _rows_probe(train, evaluate, study, split):
+  """`performer recall-rows` on a replicate's `split`, after its eval (the checkpoint is still
+  there): <workdir>/recall_rows.json, which the archive keeps."""
   out = os.path.join(train.workdir, "recall_rows.json")
   return job_lib.Job(name=f"{train.name}_rows", kind="probe", study=study, needs=(evaluate.name,),
-                     command=("performer", "recall-rows", "--run", train.workdir, "--out", out),
+                     command=("performer", "recall-rows", "--run", train.workdir, "--out", out,
+                              *(("--split", split) if split != "test" else ())),
                      outputs=(out,))
 
 
@@ -112,6 +113,9 @@ def study_jobs(ctx, recall, study):
   data, the tuning runs and their table, then the replicates, their evals and the figure."""
   if recall is None:
     return []
+  if recall.rates_from:  # another study's data, tuning and rates
+    return _replicates(ctx, recall, study, list(rows(recall)),
+                       chosen_rates(ctx, recall.rates_from), [])
   out = [job_lib.Job(name=f"{recall.data}_{task_name(t)}", kind="data", study=study,
                      outputs=(os.path.join(data_folder(ctx, recall, t), "manifest.json"),),
                      command=("performer", "prepare-mqar", "--out", data_folder(ctx, recall, t),
@@ -130,6 +134,12 @@ def study_jobs(ctx, recall, study):
     chosen = chosen_rates(ctx, study)
   else:
     chosen = {task_name(t): dict.fromkeys(names, recall.learning_rates[0]) for t in recall.tasks}
+  return _replicates(ctx, recall, study, names, chosen, out)
+
+
+def _replicates(ctx, recall, study, names, chosen, out):
+  """`out` and the replicates of every row at its `chosen` rate ({task name: {row: rate}}),
+  their evals, the seeds decision and the study's figure."""
   rate = lambda t, row: chosen[task_name(t)][family(recall, row)]
   runs = [_train(ctx, recall, study, t, row, rate(t, row), seed, "replicate")
           for t in recall.tasks if task_name(t) in chosen for seed in recall.seeds
@@ -152,7 +162,7 @@ def study_jobs(ctx, recall, study):
             if wanted.get((task_name(t), row), 0) >= count]
     out += more + _evaluated(ctx, recall, study, more)
     runs += more
-  out.append(ctx.figure(study, ("recall", "--runs", *map(ctx.archived, runs)), f"{study}.png",
+  out.append(ctx.figure(study, (recall.figure, "--runs", *map(ctx.archived, runs)), f"{study}.png",
                         needs=[f"{j.name}_archive" for j in runs], study=study))
   return out
 
@@ -164,7 +174,7 @@ def _evaluated(ctx, recall, study, runs):
   for r in runs:
     evaluate, archive = ctx.evaluated(r, recall.splits, study=study)
     if recall.mechanism and rows(recall)[r.settings["row"]][0] in SOFTMAX_ESTIMATORS:
-      probe = _rows_probe(r, evaluate, study)
+      probe = _rows_probe(r, evaluate, study, recall.probe_split)
       out += [evaluate, probe, ctx.archive(r, probe, study=study)]
     else:
       out += [evaluate, archive]
