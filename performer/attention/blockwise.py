@@ -29,9 +29,10 @@ def blockwise_attention(q, k, v, *, causal=False, mask=None, block=DEFAULT_BLOCK
     all values, as softmax_attention gives.
 
   Raises:
-    ValueError: inconsistent shapes or block < 1.
+    ValueError: inconsistent shapes, Lq, Lk or d = 0, q, k or v not of a
+      floating dtype, a mask not bool, or block < 1.
   """
-  blocks.check_shapes(q, k, v, mask, causal)
+  blocks.check_inputs(q, k, v, mask, causal)
   if not (isinstance(block, int) and block >= 1):
     raise ValueError(f"block must be a Python int >= 1, got {block!r}")
   if mask is None:

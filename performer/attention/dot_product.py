@@ -7,7 +7,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from performer.attention.registry import register
-from performer.favor import blocks
 
 IMPLEMENTATIONS = ("xla", "cudnn")
 _CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)  # what cuDNN's flash attention takes
@@ -26,11 +25,11 @@ class DotProductAttention(nnx.Module):
 
   A query with no visible key gets the mean of all values, as
   favor.softmax_attention gives (JAX's own would average the masked keys'
-  values only by accident of its mask value).
+  values only by accident of its mask value). Inputs are checked by the
+  registry (`registry._checked`).
   """
 
   def __call__(self, q, k, v, *, mask=None, causal=False):
-    blocks.check_shapes(q, k, v, mask, causal)
     dtype = v.dtype
     q, k = q.astype(dtype), k.astype(dtype)
     bias_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, Lk]

@@ -47,7 +47,7 @@ class LinformerAttention(nnx.Module):
     """q, k, v: [B, L, H, d]; mask: [B, L] bool (True = real key). Returns [B, L, H, d] in v's dtype.
 
     Raises:
-      ValueError: causal=True, or L > max_len.
+      ValueError: causal=True, or L > max_len; bad inputs (see registry.make).
     """
     if causal:
       raise ValueError("linformer attention cannot be causal: its projections mix every "

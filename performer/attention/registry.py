@@ -1,11 +1,14 @@
 """Attention backends by name: every one is called as attend(q, k, v, *, mask=None, causal=False).
 
-q, k, v are [B, L, H, d]; mask is [B, L] bool (True = real token); `info(name)` describes one."""
+q, k, v are float [B, L, H, d]; mask is [B, L] bool (True = real token), both checked first."""
 
 import dataclasses
+import functools
 import inspect
 
 from flax import nnx
+
+from performer.favor import blocks
 
 _BACKENDS = {}
 _INFO = {}
@@ -56,12 +59,14 @@ def register(name, *, label, colour, causal=True):
   """Class decorator: makes the backend available as `name`, shown as `label` in `colour`.
 
   A class attribute `default_<option>` resolves an option whose signature
-  default is None (PerformerAttention's kernel).
+  default is None (PerformerAttention's kernel). The class's __call__ is
+  wrapped to check its inputs first (`_checked`).
   """
   def wrap(cls):
     if name in _BACKENDS:
       raise ValueError(f"attention backend {name!r} is registered twice")
     _BACKENDS[name] = cls
+    cls.__call__ = _checked(cls.__call__)
     params = inspect.signature(cls.__init__).parameters.values()
     defaults = {p.name: getattr(cls, f"default_{p.name}", p.default) for p in params
                 if p.name not in ("self", *COMMON) and p.default is not inspect.Parameter.empty}
@@ -71,6 +76,21 @@ def register(name, *, label, colour, causal=True):
                               defaults=defaults, state_size=getattr(cls, "state_size", None))
     return cls
   return wrap
+
+
+def _checked(call):
+  """A backend's __call__ that first checks q, k, v (float [B, L, H, d] that fit together, L >= 1)
+  and mask (None or [B, Lk] bool): one place for every backend; static, so free under jit."""
+  if getattr(call, "checks_inputs", False):  # inherited from a registered class: checked once
+    return call
+
+  @functools.wraps(call)
+  def checked(self, q, k, v, *, mask=None, causal=False):
+    blocks.check_inputs(q, k, v, mask, causal)
+    return call(self, q, k, v, mask=mask, causal=causal)
+
+  checked.checks_inputs = True
+  return checked
 
 
 def info(name):
@@ -121,6 +141,11 @@ def make(name, *, num_heads, head_dim, max_len, rngs, layer=0, **options):
     rngs: `flax.nnx.Rngs` for parameters.
     layer: index of the layer (seeds a Performer's random features).
     **options: backend-specific settings (e.g. num_features).
+
+  Returns:
+    The layer, called as layer(q, k, v, *, mask=None, causal=False); the
+    call raises ValueError for q, k, v not float [B, L, H, d] arrays that
+    fit together with L >= 1, or a mask not [B, Lk] bool.
 
   Raises:
     ValueError: an unknown name (listing the known ones) or option.

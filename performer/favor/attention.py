@@ -51,8 +51,9 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   """FAVOR attention: D^-1 (Q' ((K')^T V)), Eq. (4); causal via App. B.1.
 
   Args:
-    q: [B, Lq, H, d]; k: [B, Lk, H, d]; v: [B, Lk, H, dv]; any float dtype.
-    W: [m, d] from `projection`; None only for generalized kernels.
+    q: [B, Lq, H, d]; k: [B, Lk, H, d]; v: [B, Lk, H, dv]; any float dtype;
+      Lq, Lk, d >= 1.
+    W: [m, d] from `projection` (m >= 1); None only for generalized kernels.
     kernel: one of `kernels.KERNELS` (`positive` is FAVOR+; `gerf` FAVOR++;
       `derf`, `saderf` FAVOR#, see exponential.py).
     causal: unidirectional attention (needs Lq == Lk), computed chunk by
@@ -85,16 +86,18 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   Returns:
     [B, Lq, H, dv] in v's dtype (features and sums in float32). A query
     whose normaliser D is exactly 0 (e.g. relu features all zero) gets 0.
-    Under jit, NaN where a scaled norm passes `MAX_NORM` (see Raises).
+    Under jit, NaN where a scaled norm passes `MAX_NORM` or a query or real
+    key holds NaN or Inf (see Raises; they are checked only eagerly).
 
   Raises:
-    ValueError: inconsistent shapes, unknown kernel, missing W, chunk_size or span < 1,
-      statistics missing for a causal data-dependent kernel or given for
-      another kernel; for concrete (not traced) inputs, a query or real key
-      whose scaled norm |x| d^(-1/4) exceeds `MAX_NORM` with an exponential
-      kernel.
+    ValueError: inconsistent shapes, Lq, Lk or d = 0, q, k or v not of a
+      floating dtype, a mask not bool, unknown kernel, missing W or W with
+      m = 0 rows, chunk_size or span < 1, statistics missing for a causal
+      data-dependent kernel or given for another kernel; for concrete (not
+      traced) inputs and an exponential kernel, a query or real key holding
+      NaN or Inf, or whose scaled norm |x| d^(-1/4) exceeds `MAX_NORM`.
   """
-  blocks.check_shapes(q, k, v, mask, causal)
+  blocks.check_inputs(q, k, v, mask, causal)
   for name, value, least in (("chunk_size", chunk_size, 1), ("span", span, 1),
                              ("batch_tokens", batch_tokens, 0)):
     if value is not None and not (isinstance(value, int) and value >= least):

@@ -4,7 +4,7 @@
 
 import jax.numpy as jnp
 
-from performer.favor import numerics
+from performer.favor import blocks, numerics
 
 
 def causal_decode_init(batch, heads, num_features, dv):
@@ -35,7 +35,12 @@ def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kern
     favor_attention(..., causal=True) for the sequence decoded so far. A
     token whose scaled norm exceeds `numerics.MAX_NORM` makes its output and
     every later one NaN.
+
+  Raises:
+    ValueError: q, k or v not of a floating dtype; bad W, kernel or params
+      (see `features.feature_parts`).
   """
+  blocks.check_float(q=q, k=k, v=v)
   scale = q.shape[-1] ** -0.25 if scale is None else scale
   q_params, k_params = (None, None) if params is None else params
   qf, kf = (numerics.featurize(x[:, :, None], W=W, kernel=kernel, scale=scale,

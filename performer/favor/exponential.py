@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from performer.favor import blocks
 from performer.favor.kernels import DATA_DEPENDENT_KERNELS
 
 PSI_RANGE = (0.1, 10.0)  # psi is clipped: any Psi stays unbiased, and float32 logs stay sane
@@ -41,7 +42,11 @@ def moments(x, mask=None):
 
   Returns:
     `Moments` of [B, H, d] and [B, H, d, d], float32, without gradients.
+
+  Raises:
+    ValueError: a mask not bool.
   """
+  blocks.check_mask(mask)
   x = jax.lax.stop_gradient(x.astype(jnp.float32))
   keep = (jnp.ones(x.shape[:2], jnp.float32) if mask is None
           else mask.astype(jnp.float32))[:, :, None, None]  # [B, L, 1, 1]

@@ -54,8 +54,8 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0, params=None):
 
   Raises:
     ValueError: unknown kernel; W missing for a softmax kernel, or given for
-      `taylor`; W not [m, d]; params missing for a data-dependent kernel or
-      given for another.
+      `taylor`; W not [m, d] or m = 0; params missing for a data-dependent
+      kernel or given for another.
   """
   if kernel not in KERNELS:
     raise ValueError(f"unknown kernel {kernel!r}; choose from {KERNELS}")
@@ -75,6 +75,8 @@ def feature_parts(x, W, kernel="positive", *, kernel_epsilon=0.0, params=None):
   else:
     if W.ndim != 2 or W.shape[1] != x.shape[-1]:
       raise ValueError(f"W must be [m, d={x.shape[-1]}], got shape {W.shape}")
+    if W.shape[0] < 1:  # as `projection` says; else log(m) fails
+      raise ValueError(f"FAVOR needs m >= 1 random features, got W of shape {W.shape}")
     wx = jnp.einsum("...d,md->...m", x, W.astype(jnp.float32))  # [..., m]
     log_norm = -0.5 * math.log(W.shape[0])  # the 1/sqrt(m) of every map
 

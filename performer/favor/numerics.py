@@ -30,13 +30,20 @@ def featurize(x, *, W, kernel, scale, kernel_epsilon, params=None):
 
 
 def check_norms(q, k, mask, scale):
-  """ValueError naming the largest scaled norm of q or of a real key past MAX_NORM."""
-  for name, x, keep in (("query", q, None), ("key", k, mask)):
+  """ValueError if q or a real key holds NaN or Inf, else naming the largest scaled norm past
+  MAX_NORM."""
+  for arg, name, x, keep in (("q", "query", q, None), ("k", "key", k, mask)):
+    finite = jnp.all(jnp.isfinite(x), axis=-1)  # [B, L, H]; not |x|, which may overflow to Inf
+    if keep is not None:
+      finite = finite | ~keep[:, :, None]  # padded keys are never read
+    if not bool(jnp.all(finite)):
+      where = "" if keep is None else " (in a key the mask keeps)"
+      raise ValueError(f"{arg} contains NaN or Inf{where}")
     norms = jnp.linalg.norm(x.astype(jnp.float32), axis=-1) * jnp.abs(scale)  # [B, L, H]
     if keep is not None:
       norms = jnp.where(keep[:, :, None], norms, 0.0)
     largest = float(jnp.max(norms)) if norms.size else 0.0
-    if not largest <= MAX_NORM:  # NaN inputs fail here too
+    if not largest <= MAX_NORM:  # a NaN scale fails here too
       raise ValueError(f"a {name} has scaled norm |x| d^(-1/4) = {largest:.4g}, past "
                        f"favor.MAX_NORM = {MAX_NORM:g}, where float32 cannot resolve FAVOR's "
                        f"feature logs (~|x|^2/2 nats); normalise or rescale q and k")

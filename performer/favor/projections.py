@@ -14,7 +14,8 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
   """Draws the random projection W whose rows are the feature directions w_i.
 
   Args:
-    key: a `jax.random` key. The same key always gives the same matrix.
+    key: one `jax.random` key: jax.random.key(seed), or a legacy uint32
+      key of shape (2,). The same key always gives the same matrix.
     m: number of random features (rows), >= 1.
     d: dimension of queries and keys (columns), >= 1.
     kind: `iid` (independent N(0, I_d) rows); `orthogonal` (R-ORF: blocks of
@@ -39,9 +40,11 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
     W: [m, d] float32.
 
   Raises:
+    TypeError: key is not one jax.random key (e.g. a plain int seed).
     ValueError: m or d < 1, an unknown kind or scaling, `hadamard` with d
       not a power of two, or `simplex` with d = 1.
   """
+  _check_key(key)
   if m < 1 or d < 1:
     raise ValueError(f"projection needs m >= 1 and d >= 1, got m={m}, d={d}")
   if kind not in KINDS:
@@ -71,6 +74,18 @@ def projection(key, m, d, kind="orthogonal", scaling="chi"):
     gauss = jax.random.normal(norm_key, (m, d), jnp.float32)
     norms = jnp.linalg.norm(gauss, axis=1, keepdims=True)  # [m, 1] ~ chi(d)
   return unit * norms
+
+
+def _check_key(key):
+  """TypeError unless key is one typed key or one legacy uint32 key of shape (2,) (static: works
+  under jit)."""
+  dtype, shape = getattr(key, "dtype", None), tuple(getattr(key, "shape", (None,)))
+  typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+  if (typed and shape == ()) or (not typed and dtype == jnp.uint32 and shape == (2,)):
+    return
+  got = (f"an array of dtype {dtype} and shape {shape}" if dtype is not None
+         else f"{type(key).__name__} {key!r:.40}")
+  raise TypeError(f"projection needs one jax.random key, got {got}; pass jax.random.key(seed)")
 
 
 def _orthogonal_block(key, d):

@@ -19,7 +19,11 @@ def softmax_matrix(q, k, *, causal=False, mask=None):
   Returns:
     [B, H, Lq, Lk] float32, rows summing to 1. A query with no visible key
     weighs all keys equally.
+
+  Raises:
+    ValueError: a mask not bool.
   """
+  blocks.check_mask(mask)
   d = q.shape[-1]
   logits = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32),
                       k.astype(jnp.float32)) / jnp.sqrt(jnp.float32(d))
@@ -33,7 +37,8 @@ def softmax_attention(q, k, v, *, causal=False, mask=None):
   """Exact softmax attention, Eq. (1) and (2): the reference.
 
   Args:
-    q: [B, Lq, H, d]; k: [B, Lk, H, d]; v: [B, Lk, H, dv]; any float dtype.
+    q: [B, Lq, H, d]; k: [B, Lk, H, d]; v: [B, Lk, H, dv]; any float dtype;
+      Lq, Lk, d >= 1.
     causal: query i attends to keys j <= i (needs Lq == Lk).
     mask: [B, Lk] bool key padding mask, True = real token, or None.
 
@@ -42,9 +47,10 @@ def softmax_attention(q, k, v, *, causal=False, mask=None):
     q.k / sqrt(d). A query with no visible key gets the mean of all values.
 
   Raises:
-    ValueError: inconsistent shapes.
+    ValueError: inconsistent shapes, Lq, Lk or d = 0, q, k or v not of a
+      floating dtype, or a mask not bool.
   """
-  blocks.check_shapes(q, k, v, mask, causal)
+  blocks.check_inputs(q, k, v, mask, causal)
   probs = softmax_matrix(q, k, causal=causal, mask=mask)  # [B, H, Lq, Lk]
   return jnp.einsum("bhqk,bkhd->bqhd", probs, v.astype(jnp.float32)).astype(v.dtype)
 
@@ -77,8 +83,9 @@ def attention_matrix(q, k, W, *, kernel="positive", kernel_epsilon=0.0, mask=Non
 
   Raises:
     ValueError: unknown kernel, bad W or params (from `features.feature_parts`),
-      or causal with Lq != Lk.
+      causal with Lq != Lk, or a mask not bool.
   """
+  blocks.check_mask(mask)
   if causal and q.shape[1] != k.shape[1]:
     raise ValueError(f"causal attention needs Lq == Lk, got {q.shape[1]} and {k.shape[1]}")
   scale = q.shape[-1] ** -0.25 if scale is None else scale

@@ -286,3 +286,22 @@ def test_a_kv_cache_holds_l_by_dk_plus_dv_and_identity_nothing():
     assert attention.info(name).state_size({}, L, D, 2 * D) == L * 3 * D
   assert attention.info("identity").state_size({}, L, D, D) == 0
   assert attention.info("linformer").state_size is None
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_every_backend_refuses_integer_inputs_non_bool_masks_and_empty_sequences(name):
+  module = _make(name)
+  q, k, v = _qkv(4)
+  # Until now: int32 outputs, and most read a 0.5 mask as "keep".
+  with pytest.raises(ValueError, match="^v has dtype int32; attention needs floating-point q, k "
+                                       "and v$"):
+    module(q, k, v.astype(jnp.int32))
+  with pytest.raises(ValueError, match="^q has dtype int32"):
+    module(q.astype(jnp.int32), k, v)
+  with pytest.raises(ValueError, match=r"^mask has dtype float32; it must be bool \(True = real "
+                                       r"token\)$"):
+    module(q, k, v, mask=jnp.ones((B, L)) * 0.5)
+  with pytest.raises(ValueError, match="^q, k, v have length L = 0; need L >= 1$"):
+    module(q[:, :0], k[:, :0], v[:, :0])
+  with pytest.raises(ValueError, match="^mask has dtype float32"):  # static: checked under jit
+    jax.jit(lambda mask: module(q, k, v, mask=mask))(jnp.ones((B, L)))

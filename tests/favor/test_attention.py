@@ -1,6 +1,7 @@
 """softmax_attention and favor_attention against independent computations."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -472,3 +473,95 @@ def test_scale_and_kernel_epsilon_may_be_arrays_and_traced():
   relu = jax.jit(lambda eps: favor.favor_attention(q, k, v, W, kernel="relu", kernel_epsilon=eps))
   np.testing.assert_allclose(relu(jnp.float32(1e-3)), _explicit(q, k, v, W, "relu", 1e-3, False),
                              rtol=2e-5, atol=2e-5)
+
+
+def test_integer_inputs_are_refused_by_name_even_under_jit():
+  q, k, v = _qkv(3)
+  W = _W()
+  # Today's int v would come back as an int output: [-1, 0, 0, 0] where float v gives -1.73, ...
+  for args, name in (((q, k, v.astype(jnp.int32)), "v"), ((q.astype(jnp.int8), k, v), "q"),
+                     ((q, k.astype(jnp.uint32), v), "k")):
+    dtype = args[("q", "k", "v").index(name)].dtype
+    message = f"{name} has dtype {dtype}; attention needs floating-point q, k and v"
+    for causal in (False, True):
+      with pytest.raises(ValueError, match=f"^{message}$"):
+        favor.favor_attention(*args, W, causal=causal)
+    with pytest.raises(ValueError, match=f"^{message}"):  # jax appends a note under jit
+      jax.jit(favor.favor_attention)(*args, W)
+    with pytest.raises(ValueError, match=f"^{message}$"):
+      favor.softmax_attention(*args)
+  cache = favor.causal_decode_init(B, H, M, D)
+  with pytest.raises(ValueError, match="^v has dtype int32"):
+    favor.causal_decode_step(cache, q[:, 0], k[:, 0], v[:, 0].astype(jnp.int32), W)
+  # Every float dtype still passes, its output in v's dtype.
+  assert favor.favor_attention(q, k, v.astype(jnp.bfloat16), W).dtype == jnp.bfloat16
+
+
+def test_a_mask_must_be_bool():
+  q, k, v = _qkv(4)
+  W = _W()
+  half = jnp.ones((B, L)) * 0.5  # read as "keep" everywhere until now
+  message = re.escape("mask has dtype float32; it must be bool (True = real token)")
+  calls = [lambda m: favor.favor_attention(q, k, v, W, mask=m),
+           lambda m: favor.favor_attention(q, k, v, W, mask=m, causal=True),
+           lambda m: favor.softmax_attention(q, k, v, mask=m),
+           lambda m: favor.softmax_matrix(q, k, mask=m),
+           lambda m: favor.attention_matrix(q, k, W, mask=m),
+           lambda m: favor.exponential.moments(k, m)]
+  for call in calls:
+    with pytest.raises(ValueError, match=f"^{message}$"):
+      call(half)
+    with pytest.raises(ValueError, match="^mask has dtype int32"):
+      jax.jit(call)(half.astype(jnp.int32))
+  keep = np.arange(L) < 30
+  np.testing.assert_array_equal(calls[0](jnp.broadcast_to(keep, (B, L))),
+                                calls[0](np.broadcast_to(keep, (B, L))))  # numpy bool too
+
+
+def test_no_random_features_say_m_must_be_at_least_one():
+  q, k, v = _qkv(5)
+  with pytest.raises(ValueError, match=re.escape("FAVOR needs m >= 1 random features, got W of "
+                                                 "shape (0, 8)")):
+    favor.favor_attention(q, k, v, jnp.zeros((0, D)))
+  with pytest.raises(ValueError, match="needs m >= 1"):
+    favor.feature_map(q, jnp.zeros((0, D)), "relu")
+
+
+def test_empty_sequences_name_their_length():
+  q, k, v = _qkv(6)
+  W = _W()
+  for causal in (False, True):
+    with pytest.raises(ValueError, match="^q, k, v have length L = 0; need L >= 1$"):
+      favor.favor_attention(q[:, :0], k[:, :0], v[:, :0], W, causal=causal)
+  with pytest.raises(ValueError, match=re.escape("k, v have length Lk = 0; need Lk >= 1 (q: Lq "
+                                                 f"= {L})")):
+    favor.favor_attention(q, k[:, :0], v[:, :0], W)
+  with pytest.raises(ValueError, match=re.escape("q has length Lq = 0; need Lq >= 1 (k, v: Lk = "
+                                                 f"{L})")):
+    favor.favor_attention(q[:, :0], k, v, W)
+  with pytest.raises(ValueError, match="^q and k have head_dim d = 0; need d >= 1$"):
+    favor.favor_attention(q[..., :0], k[..., :0], v, None, kernel="relu")
+  with pytest.raises(ValueError, match="length L = 0"):
+    favor.softmax_attention(q[:, :0], k[:, :0], v[:, :0])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_or_inf_inputs_are_named_eagerly_and_give_nan_under_jit(causal):
+  q, k, v = _qkv(7)
+  W = _W()
+  attend = functools.partial(favor.favor_attention, W=W, causal=causal)
+  with pytest.raises(ValueError, match=r"^q contains NaN or Inf$"):
+    attend(q.at[1, 3, 2, 0].set(jnp.nan), k, v)
+  with pytest.raises(ValueError, match=re.escape("k contains NaN or Inf (in a key the mask "
+                                                 "keeps)")):
+    attend(q, k.at[0, 5, 1, 4].set(jnp.inf), v)
+  bad = k.at[0, 20, 1, 4].set(jnp.nan)
+  # A padded key is never read, NaN or not.
+  mask = jnp.ones((B, L), bool).at[0, 20].set(False)
+  np.testing.assert_array_equal(attend(q, bad, v, mask=mask),
+                                attend(q, k, v, mask=mask))
+  # Traced values cannot be checked: NaN out, from position 20 on when causal (documented).
+  out = np.asarray(jax.jit(attend)(q, bad, v))
+  np.testing.assert_array_equal(np.isnan(out[0]).any(axis=(1, 2)),
+                                np.arange(L) >= (20 if causal else 0))
+  assert np.isfinite(out[1]).all()

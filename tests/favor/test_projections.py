@@ -1,5 +1,7 @@
 """Projection matrices: shapes, exact orthogonality, row-norm laws, determinism."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -60,3 +62,15 @@ def test_same_key_same_matrix_and_different_keys_differ():
 def test_bad_arguments_raise(args, match):
   with pytest.raises(ValueError, match=match):
     favor.projection(jax.random.key(0), *args)
+
+
+def test_a_seed_is_not_a_key_and_both_kinds_of_key_still_work():
+  for key, got in ((0, "int 0"), (jax.numpy.zeros(3, "uint32"), "dtype uint32 and shape (3,)"),
+                   (jax.random.split(jax.random.key(0), 2), "shape (2,)")):
+    with pytest.raises(TypeError, match=rf"^projection needs one jax.random key, got .*"
+                                        rf"{re.escape(got)}; pass jax.random.key\(seed\)$"):
+      favor.projection(key, m=8, d=16)
+  typed = favor.projection(jax.random.key(5), 8, 16)
+  np.testing.assert_array_equal(favor.projection(jax.random.PRNGKey(5), 8, 16), typed)
+  jitted = jax.jit(lambda k: favor.projection(k, 8, 16))(jax.random.key(5))  # key checks: static
+  np.testing.assert_allclose(jitted, typed, rtol=1e-6, atol=1e-6)  # XLA may fuse differently
