@@ -9,7 +9,7 @@ import os
 import grain.python as grain
 import numpy as np
 
-from performer.data import mqar, mqar_batches, vocab
+from performer.data import listops, listops_batches, mqar, mqar_batches, vocab
 from performer.data.masking import MLM
 from performer.data.shards import TokenShards, Windows
 from performer.data.stream import StepBatches
@@ -62,11 +62,11 @@ def _manifest(cfg):
       return json.load(f)
   except (FileNotFoundError, NotADirectoryError):
     raise UserError(f"{cfg.path}: no prepared dataset (run performer prepare-trembl, "
-                    "prepare-pg19 or prepare-mqar first)") from None
+                    "prepare-pg19, prepare-mqar or prepare-listops first)") from None
 
 
 def _kind(cfg):
-  """'trembl', 'pg19' or 'mqar'."""
+  """'trembl', 'pg19', 'mqar' or 'listops'."""
   return _manifest(cfg)["fingerprint"]["kind"]
 
 
@@ -105,6 +105,8 @@ def vocab_ids(cfg):
     return vocab.PROTEIN_IDS
   if _kind(cfg) == mqar.KIND:
     return mqar.ids(mqar.load(cfg.path))
+  if _kind(cfg) == listops.KIND:
+    return listops.IDS
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   sp = spm.SentencePieceProcessor(model_file=os.path.join(cfg.path, "spm.model"))
   # SentencePiece: 0 <unk>, 1 <s>, 2 </s>; no pad or mask piece, so two ids are added.
@@ -128,14 +130,15 @@ def _example(tokens, seq_len, eos, pad, causal):
 
 
 def batches(cfg, split, *, causal, process_index=0, process_count=1):
-  """The batches of `split` of the dataset at cfg.path: `ShardBatches`, or mqar_batches.Batches
-  for a generated MQAR task (same interface).
+  """The batches of `split` of the dataset at cfg.path: `ShardBatches`, mqar_batches.Batches
+  for a generated MQAR task or listops_batches.Batches for ListOps (same interface).
 
   Raises:
     UserError: no prepared dataset there, no such split, or a batch size not
       divisible by the processes.
   """
-  cls = mqar_batches.Batches if _kind(cfg) == mqar.KIND else ShardBatches
+  cls = {mqar.KIND: mqar_batches.Batches,
+         listops.KIND: listops_batches.Batches}.get(_kind(cfg), ShardBatches)
   return cls(cfg, split, causal=causal, process_index=process_index, process_count=process_count)
 
 

@@ -1,9 +1,6 @@
-"""Recall beyond the trained pairs: the confirmatory study of recall_conv's models at kv = 8 and 16.
+"""Recall beyond the trained pairs: the confirmatory study of recall_conv's rows at kv = 8 and 16.
 
-recall_conv decided its claims at kv = 4 (the pairs it trains on). Its kv = 8 and kv = 16
-splits suggested larger gaps, but those were looks at seen data. This study declares the claims
-below before its runs (docs/ARCHITECTURE.md, "recall_kv", 2026-12-07), runs fresh seeds
-(plans/recall_kv.py) and decides them on those seeds alone."""
+Claims declared before the runs (docs/ARCHITECTURE.md, plans/recall_kv.py); fresh seeds decide."""
 
 import json
 import os
@@ -192,39 +189,8 @@ def render(run_dirs, out_path):
     claim_cells.append([v.claim.id, v.claim.split, v.claim.text, cells["difference (pp)"],
                         cells["95% interval (pp)"], cells["MDE (pp)"], cells["delta (pp)"],
                         cells["seeds"], v.verdict, v.reason])
-  mechanism_cells = []
-  for row, group in rows.items():
-    probed = [m for m in map(recall_runs.mechanism, group) if m is not None]
-    if probed:
-      mechanism_cells.append([label(row), len(probed), *(
-          (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
-          for k in recall_runs.MECHANISM)])
-  fig, ax = plt.subplots(figsize=(8, 5))
-  styles = recall.styles_of(rows)
-  for k, (row, values) in enumerate(means.items()):
-    style = styles.get(row, {"color": "k" if row.startswith("favor_m") else "grey",
-                             "marker": "o"})
-    ys = [m for m, _ in values]
-    err = [[(m - i[0]) if m is not None and i else 0 for m, i in values],
-           [(i[1] - m) if m is not None and i else 0 for m, i in values]]
-    xs = [kv * recall.DODGE ** (k - len(means) / 2) for kv in kvs]
-    ax.errorbar(xs, [np.nan if y is None else y for y in ys], yerr=err, capsize=3,
-                label=label(row), linestyle="-" if row != "identity" else "--", **style)
-  if ceilings:
-    ax.plot(kvs, [100 * ceilings[s]["ceiling"] if s in ceilings else np.nan for s in splits],
-            color="grey", linestyle=":", marker="_", markersize=14,
-            label="no-binding ceiling of each split (rule)")
-  ax.set_xscale("log", base=2)
-  ax.set_xticks(kvs, [str(kv) for kv in kvs])
-  ax.set_xlabel("key-value pairs in the test sequence (models trained at kv = 4)")
-  ax.set_ylabel("test accuracy (%), mean and 95% interval")
-  ax.set_ylim(-2, 102)
-  ax.grid(alpha=0.3)
-  ax.set_title(f"MQAR {task}: recall beyond the trained pairs")
-  ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-  fig.tight_layout()
-  save_figure(fig, out_path)
-  plt.close(fig)
+  mechanism_cells = _mechanism(rows)
+  _draw(out_path, task, rows, means, kvs, splits, ceilings)
   gate_notes = [_gate_note(s, gates.get(s)) for s in beyond]
   ceiling_notes = [recall_runs.ceiling_note(task, s, c) for s, c in ceilings.items()]
   columns = (Column("row"), Column("seeds"), *(Column(f"{s} % (mean)", "{:.2f}") for s in splits),
@@ -263,6 +229,48 @@ def render(run_dirs, out_path):
   with atomic_path(stem + ".json") as tmp, open(tmp, "w") as f:
     json.dump(record, f, indent=1)
   return (out_path, *written, stem + ".json")
+
+
+def _mechanism(rows):
+  """The mechanism table's cells: each probed row's recall_rows.json means over its seeds."""
+  cells = []
+  for row, group in rows.items():
+    probed = [m for m in map(recall_runs.mechanism, group) if m is not None]
+    if probed:
+      cells.append([label(row), len(probed), *(
+          (100 if k.startswith("accuracy") else 1) * float(np.mean([m[k] for m in probed]))
+          for k in recall_runs.MECHANISM)])
+  return cells
+
+
+def _draw(out_path, task, rows, means, kvs, splits, ceilings):
+  """Accuracy against kv, one line per row (mean and 95% interval), and each split's ceiling."""
+  fig, ax = plt.subplots(figsize=(8, 5))
+  styles = recall.styles_of(rows)
+  for k, (row, values) in enumerate(means.items()):
+    style = styles.get(row, {"color": "k" if row.startswith("favor_m") else "grey",
+                             "marker": "o"})
+    ys = [m for m, _ in values]
+    err = [[(m - i[0]) if m is not None and i else 0 for m, i in values],
+           [(i[1] - m) if m is not None and i else 0 for m, i in values]]
+    xs = [kv * recall.DODGE ** (k - len(means) / 2) for kv in kvs]
+    ax.errorbar(xs, [np.nan if y is None else y for y in ys], yerr=err, capsize=3,
+                label=label(row), linestyle="-" if row != "identity" else "--", **style)
+  if ceilings:
+    ax.plot(kvs, [100 * ceilings[s]["ceiling"] if s in ceilings else np.nan for s in splits],
+            color="grey", linestyle=":", marker="_", markersize=14,
+            label="no-binding ceiling of each split (rule)")
+  ax.set_xscale("log", base=2)
+  ax.set_xticks(kvs, [str(kv) for kv in kvs])
+  ax.set_xlabel("key-value pairs in the test sequence (models trained at kv = 4)")
+  ax.set_ylabel("test accuracy (%), mean and 95% interval")
+  ax.set_ylim(-2, 102)
+  ax.grid(alpha=0.3)
+  ax.set_title(f"MQAR {task}: recall beyond the trained pairs")
+  ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+  fig.tight_layout()
+  save_figure(fig, out_path)
+  plt.close(fig)
 
 
 def _mean_interval(group, split):

@@ -6,6 +6,7 @@ from performer import attention
 
 
 DTYPES = ("float32", "bfloat16")
+POOLINGS = ("", "cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,11 @@ class ModelConfig:
   qk_dim: int = 0
   position_embeddings: bool = True
   tie_embeddings: bool = False
+  # Sequence classification (LRA's ListOps): a (B) encoder whose final states are pooled, at
+  # the first token ("cls") or averaged over the real tokens ("mean"), into a linear head of
+  # num_classes logits; "" is the language model.
+  pooling: str = ""
+  num_classes: int = 0
 
   def __post_init__(self):
     for name in ("vocab_size", "max_len", "num_layers", "num_heads", "d_model"):
@@ -59,6 +65,11 @@ class ModelConfig:
                        f"{', '.join(attention.names())}")
     if self.dtype not in DTYPES:
       raise ValueError(f"ModelConfig.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+    if self.pooling not in POOLINGS:
+      raise ValueError(f"ModelConfig.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+    if self.pooling and (self.causal or self.num_classes < 2 or self.tie_embeddings):
+      raise ValueError("ModelConfig.pooling classifies with a (B) encoder: it needs causal = "
+                       "False, num_classes >= 2 and no tied embeddings")
     if self.causal and not attention.info(self.attention).causal:
       raise ValueError(f"{self.attention} attention is bidirectional only: use causal=False")
 

@@ -90,7 +90,8 @@ class Block(nnx.Module):
 class TransformerLM(nnx.Module):
   """tokens [B, L] int -> logits [B, L, vocab] float32 (whatever cfg.dtype computes in).
 
-  Given positions [B, K], logits [B, K, vocab] of those positions only.
+  Given positions [B, K], logits [B, K, vocab] of those positions only. A classifier
+  (cfg.pooling) gives [B, 1, num_classes]: one pooled prediction per sequence.
   """
 
   def __init__(self, cfg, *, rngs):
@@ -101,8 +102,9 @@ class TransformerLM(nnx.Module):
                 if cfg.position_embeddings else None)
     self.blocks = nnx.List([Block(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
     self.ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    outputs = cfg.num_classes if cfg.pooling else cfg.vocab_size
     self.head = (None if cfg.tie_embeddings else
-                 nnx.Linear(cfg.d_model, cfg.vocab_size, dtype=dtype, rngs=rngs))
+                 nnx.Linear(cfg.d_model, outputs, dtype=dtype, rngs=rngs))
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
     self.rngs = rngs  # dropout keys of the reversible stack
 
@@ -120,9 +122,21 @@ class TransformerLM(nnx.Module):
       x = reversible_stack(self.blocks, self._embed(tokens), mask, self.rngs.dropout())
     else:
       x = self.hidden_states(tokens, mask)[-1]
-    if positions is not None:
+    if self.cfg.pooling:
+      x = self.pooled(x, mask)[:, None]  # [B, 1, d_model]
+    elif positions is not None:
       x = jnp.take_along_axis(x, positions[..., None], axis=1)  # [B, K, d_model]
     return self.logits(x)
+
+  def pooled(self, x, mask):
+    """[B, L, d_model] final states -> [B, d_model]: the first token's (cls), or the mean over
+    the real tokens of `mask` (mean; every token without a mask)."""
+    if self.cfg.pooling == "cls":
+      return x[:, 0]
+    if mask is None:
+      return x.mean(axis=1)
+    weights = mask.astype(x.dtype)[..., None]
+    return (x * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1)
 
   def logits(self, x):
     """[..., d_model] hidden states -> [..., vocab] float32: the final LayerNorm and head (the

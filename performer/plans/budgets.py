@@ -59,6 +59,22 @@ class Recall:
 
 
 @dataclasses.dataclass(frozen=True)
+class ListOps:
+  """The design of the LRA ListOps study (performer/plans/listops.py).
+
+  Attributes:
+    gin: files given after gin/listops/base.gin (sizes and the stop rule).
+    data_flags: `performer prepare-listops` flags (none: LRA's sizes).
+    rows: the rows run (plans/listops.py ROWS), in the order they start.
+    seeds: the replicates of every row.
+  """
+  gin: tuple[str, ...]
+  data_flags: tuple[str, ...]
+  rows: tuple[str, ...]
+  seeds: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Budget:
   """The sizes of one budget.
 
@@ -91,6 +107,7 @@ class Budget:
       convolution before attention; plans/recall_conv.py).
     recall_kv: the confirmatory study of recall_conv's rows at kv = 8 and 16
       on fresh seeds (plans/recall_kv.py, figures/recall_kv.py).
+    listops: the LRA ListOps study (plans/listops.py, figures/listops.py).
   """
   name: str
   protein_gin: tuple[str, ...]
@@ -115,6 +132,7 @@ class Budget:
   recall: Recall | None = None
   recall_conv: Recall | None = None
   recall_kv: Recall | None = None
+  listops: ListOps | None = None
 
 
 # Zoology's model and data (gin/recall/zoology.gin; data/mqar.py's defaults: random fillers, a
@@ -129,6 +147,10 @@ ZOOLOGY_SPLITS = ("test", "test_shuffled", "test_kv8", "test_kv16")
 RECALL_KV_ROWS = ("exact", "favor_m256", "favor_m1024", "favorpp", "favorsharp", "trig", "taylor",
                   "relu", "identity")
 RECALL_KV_SEEDS = (4, 5, 6, 7, 8, 9)
+# listops (declared 2026-12-07): the claims' rows first (exact, m = 128, m = 2, the control),
+# so that a study cut short has decided what it could.
+LISTOPS_ROWS = ("exact", "favor_m128", "favor_m2", "identity", "relu", "elu_plus_one",
+                "linformer", "reformer")
 
 
 BUDGETS = {
@@ -163,7 +185,12 @@ BUDGETS = {
                          data="mqar_zoology", splits=("test", "test_kv4"),
                          rows=("exact", "favor_m8", "relu", "identity"), tune_families=True,
                          mechanism=True, rates_from="recall_conv", figure="recall-kv",
-                         probe_split="test_kv4")),
+                         probe_split="test_kv4"),
+        listops=ListOps(gin=("gin/listops/tiny.gin",),
+                        data_flags=("--train-examples", "64", "--valid-examples", "16",
+                                    "--test-examples", "16", "--min-length", "10",
+                                    "--max-length", "48"),
+                        rows=LISTOPS_ROWS, seeds=(0, 1))),
     # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (wall times:
     # results/README.md); concatenated proteins at L = 1024 (docs/reproducing.md: why).
     "mini": Budget(
@@ -191,7 +218,9 @@ BUDGETS = {
                          data="mqar_zoology", splits=("test", "test_kv8", "test_kv16"),
                          rows=RECALL_KV_ROWS, tune_families=True, mechanism=True,
                          rates_from="recall_conv", figure="recall-kv",
-                         probe_split="test_kv16")),
+                         probe_split="test_kv16"),
+        listops=ListOps(gin=("gin/listops/mini.gin",), data_flags=(), rows=LISTOPS_ROWS,
+                        seeds=(0, 1, 2))),
     # The paper-size configs (36 layers, L = 1024), for GPU/TPU machines or a cluster. PG-19 must
     # be prepared at runs/data/pg19 (performer prepare-pg19; data/README.md).
     "paper": Budget(

@@ -1,7 +1,6 @@
 """Recall beyond the trained pairs: recall_conv's rows on fresh seeds, decided at kv = 8 and 16.
 
-The claims, delta, Holm family and seeds were declared before the runs (figures/recall_kv.py,
-budgets.RECALL_KV_SEEDS, docs/ARCHITECTURE.md); the rates, data and recipe are recall_conv's."""
+Claims and seeds declared before the runs (figures/recall_kv.py, budgets.py); recall_conv's rates."""
 
 from performer.plans import recall
 

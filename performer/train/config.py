@@ -63,6 +63,10 @@ class TrainConfig:
   seed: int = 0
   init_from: str = ""  # a trained workdir whose parameters start this run (paper Fig. 5)
   stop_accuracy: float = 0.0  # stop once validation accuracy reaches it (0: never); early_stop.py
+  # stop once this many evals passed without valid accuracy beating its best by more than
+  # stop_min_delta (0: never); early_stop.plateaued
+  stop_patience: int = 0
+  stop_min_delta: float = 0.0
   # What a plan's sweep set for this run (performer/plans), e.g. {"kernel": "relu"}: recorded in
   # config.json for figures to group runs by; training does not read it.
   settings: dict = dataclasses.field(default_factory=dict)
@@ -73,6 +77,8 @@ class TrainConfig:
     _check(self, "eval_batches", lambda x: x >= 0, ">= 0 (0: the whole valid split)", kind=int)
     _check(self, "seed", lambda x: x >= 0, ">= 0", kind=int)
     _check(self, "stop_accuracy", lambda x: 0 <= x <= 1, "in [0, 1] (0: never stop early)")
+    _check(self, "stop_patience", lambda x: x >= 0, ">= 0 (0: no plateau stop)", kind=int)
+    _check(self, "stop_min_delta", lambda x: 0 <= x < 1, "in [0, 1)")
     if not isinstance(self.settings, dict):
       raise ValueError(f"TrainConfig.settings must be a dict, got {self.settings!r}")
 

@@ -1,4 +1,4 @@
-"""Stopping a run once its validation accuracy reaches TrainConfig.stop_accuracy (Zoology: 99%).
+"""Stopping a run early: at TrainConfig.stop_accuracy valid accuracy (Zoology: 99%) or a plateau.
 
 A run stopped at step s is the one an uninterrupted run would have been at s."""
 
@@ -15,11 +15,40 @@ def reached(train, valid):
   return bool(train.stop_accuracy) and valid.get("accuracy", 0.0) >= train.stop_accuracy
 
 
-def record(workdir, step, valid, threshold):
-  """Writes <workdir>/stopped_early.json: the step and the accuracy that stopped the run."""
+def plateaued(train, history):
+  """Whether validation accuracies `history` (every eval of the run so far, in step order) stop
+  a run of TrainConfig `train`: stop_patience evals have passed since the best one, where an eval
+  is the best when it beats every earlier one by more than stop_min_delta."""
+  if not train.stop_patience or not history:
+    return False
+  best = 0
+  for i, accuracy in enumerate(history):
+    if accuracy > history[best] + train.stop_min_delta:
+      best = i
+  return len(history) - 1 - best >= train.stop_patience
+
+
+def history(workdir, start):
+  """The validation accuracies metrics.jsonl holds for steps <= `start` (a resumed run's evals
+  so far), in step order; [] without the file."""
+  try:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      rows = [json.loads(line) for line in f if line.strip()]
+  except FileNotFoundError:
+    return []
+  except ValueError:  # a line cut short by a kill: the writer drops it on resume
+    return []
+  return [r["accuracy"] for r in sorted(rows, key=lambda r: r["step"])
+          if r.get("split") == "valid" and r["step"] <= start and "accuracy" in r]
+
+
+def record(workdir, step, valid, train, rule):
+  """Writes <workdir>/stopped_early.json: the step, the accuracy and the rule that stopped the
+  run ("accuracy" or "plateau")."""
   with atomic_path(os.path.join(workdir, STOPPED)) as tmp, open(tmp, "w") as f:
-    json.dump({"step": step, "valid_accuracy": float(valid["accuracy"]),
-               "stop_accuracy": threshold}, f, indent=1)
+    json.dump({"step": step, "valid_accuracy": float(valid["accuracy"]), "rule": rule,
+               "stop_accuracy": train.stop_accuracy, "stop_patience": train.stop_patience,
+               "stop_min_delta": train.stop_min_delta}, f, indent=1)
 
 
 def stopped_at(workdir):

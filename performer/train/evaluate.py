@@ -171,6 +171,8 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
   """`run` for several splits at once (one restore, one compile); returns their results in order."""
   check_mask_draws(mask_draws)
   cfg = Config.load(workdir)
+  if cfg.model.causal or cfg.model.pooling:  # no masks to draw: (U), or a classifier's label
+    mask_draws = 1
   resume.check_dataset(workdir, cfg.data.path)
   model, optimizer = state_lib.build(cfg)
   mesh = sharding.make_mesh(cfg.mesh)
@@ -192,7 +194,7 @@ def run_splits(workdir, splits, *, mask_draws=MASK_DRAWS):
                             multiplier=multiplier, per_example=True, mask_draws=mask_draws,
                             progress=f"eval {split}")
     result.update(step=step, split=split, sequences_file=f"eval_{split}_sequences.npz",
-                  mask_draws=1 if cfg.model.causal else mask_draws)
+                  mask_draws=mask_draws)
     if not math.isfinite(result["loss"]):  # tables show it as diverged, not refuse every run
       result["diverged"] = True
       if jax.process_index() == 0:

@@ -114,8 +114,8 @@ def _first_step(cfg, workdir, ckpt):
         f"(TrainConfig.steps = {steps}); nothing to train")
     return None
   if stopped:
-    say(f"{workdir} is complete: it stopped at step {start}, where its validation accuracy "
-        f"reached TrainConfig.stop_accuracy ({early_stop.STOPPED}); nothing to train")
+    say(f"{workdir} is complete: it stopped early at step {start} ({early_stop.STOPPED}); "
+        "nothing to train")
     return None
   return start
 
@@ -154,6 +154,7 @@ def _train(cfg, workdir, parts, ckpt, start, state, train_step, batches, progres
   if train.init_from and not start:  # Fig. 5's point: the transferred model, before any step
     writer.write(0, parts.validate(), "valid")
   pending, last_valid, tick = [], None, time.perf_counter()
+  valid_history = early_stop.history(workdir, start) if train.stop_patience else []
   divergence.clear(workdir)  # a resumed run is no longer stopped where it was
   bar = distributed.progress("train", train.steps, initial=start, enabled=progress)
   with contextlib.closing(writer), contextlib.closing(bar), \
@@ -182,11 +183,13 @@ def _train(cfg, workdir, parts, ckpt, start, state, train_step, batches, progres
         writer.write(done, last_valid, "valid")
         # Weights that score NaN on valid are no good checkpoint, whatever the train loss said.
         divergence.stop_if_invalid(workdir, done, last_valid, ckpt.latest_step(), cfg.model)
-        reached = early_stop.reached(train, last_valid)
+        valid_history.append(last_valid.get("accuracy", 0.0))
+        reached = ("accuracy" if early_stop.reached(train, last_valid) else
+                   "plateau" if early_stop.plateaued(train, valid_history) else None)
       if save or reached:
         ckpt.save(done, parts.model, parts.optimizer, {"step": done})
       if reached:
-        _stop_early(workdir, train, done, last_valid)
+        _stop_early(workdir, train, done, last_valid, reached)
         break
       if stopping and done < train.steps:
         bar.close()
@@ -206,12 +209,18 @@ def _log(writer, bar, parts, done, host, seconds):
   bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}", refresh=False)
 
 
-def _stop_early(workdir, train, done, valid):
-  """Records and says that validation accuracy reached TrainConfig.stop_accuracy at `done`."""
+def _stop_early(workdir, train, done, valid, rule):
+  """Records and says that validation accuracy reached TrainConfig.stop_accuracy at `done`
+  (rule "accuracy") or plateaued (rule "plateau": early_stop.plateaued)."""
   if jax.process_index() == 0:
-    early_stop.record(workdir, done, valid, train.stop_accuracy)
-  say(f"stopped at step {done}: validation accuracy {valid['accuracy']:.4f} >= "
-      f"TrainConfig.stop_accuracy {train.stop_accuracy:g}")
+    early_stop.record(workdir, done, valid, train, rule)
+  if rule == "accuracy":
+    say(f"stopped at step {done}: validation accuracy {valid['accuracy']:.4f} >= "
+        f"TrainConfig.stop_accuracy {train.stop_accuracy:g}")
+  else:
+    say(f"stopped at step {done}: validation accuracy {valid['accuracy']:.4f}, no gain over "
+        f"{train.stop_min_delta:g} in the last {train.stop_patience} evals "
+        "(TrainConfig.stop_patience)")
 
 
 def check_workdir(workdir):

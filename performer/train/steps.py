@@ -16,10 +16,15 @@ def model_inputs(batch, vocab, key, *, causal, mlm):
   vocab: the dataset's vocab.Ids.
   mlm: the (B) corruption proportions, a masking.MLM (DataConfig.mlm).
   (U): weights on every real target. (B): inputs MLM-corrupted, weights on the
-  selected positions only. Examples with id -1 (eval padding) weigh nothing.
+  selected positions only. A classification batch (batch["labels"] [B], ListOps) is neither:
+  the inputs as they are, targets [B, 1] the labels, weight 1 each. Examples with id -1 (eval
+  padding) weigh nothing.
   """
-  targets = batch["targets"]
   real = (batch["ids"] >= 0)[:, None]
+  if "labels" in batch:
+    inputs = batch["inputs"]
+    return inputs, inputs != vocab.pad, batch["labels"][:, None], real.astype(jnp.float32)
+  targets = batch["targets"]
   if causal:
     inputs = batch["inputs"]
     weights = ((targets != vocab.pad) & real).astype(jnp.float32)
