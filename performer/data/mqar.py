@@ -21,6 +21,15 @@ QUERY_ORDERS = ("context", "shuffled")
 # Options added after the first folders were written: what a manifest without them meant.
 LEGACY = {"filler": "zero", "query_order": "context", "train_pool": 0, "test_kv": ()}
 RULE_EXAMPLES = 200_000  # query draws a no-binding rule is fitted on (ceilings)
+# Past this many Gumbel numbers (L > ~21,000) the rules fit a sample, the first RULE_DRAWS / slots
+# examples, in about a minute (stats.json says so): all of them would take hours.
+RULE_DRAWS = 2**31
+RULE_CHUNK_BYTES = 2**26  # the rules' draws held at once: streamed in chunks, whatever L
+BYTES_PER_DRAW = 24  # a float64 Gumbel number, its int64 index (argpartition), and a margin
+BYTES_PER_CUE = 64  # one fitted query: its position, rank, slot, cell (int64) and sort temporaries
+# Test queries are drawn over every slot (~12 ns each here): past this many, minutes (L = 10^8 at
+# 3,000 examples: 3 x 10^11, an hour), the command refuses.
+MAX_TEST_SLOT_DRAWS = 2**34
 MAX_VOCAB = 2**31 - 1  # token ids are int32
 MAX_SEQ_LEN = 2**31 - 1  # positions are int32
 # Host memory to generate one example (or stats.json), per token of L: float64 probabilities of
@@ -162,7 +171,9 @@ def example(task, seed, split, index):
   return _example(task, [seed, code, index])
 
 
-def _example(task, stream):
+def _pairs(task, stream):
+  """(keys [kv], values [kv], positions [kv] int32) of the example of `stream`, without its
+  [L] arrays: the fillers come from a stream of their own."""
   rng = np.random.default_rng(stream)
   half, kv = task.vocab_size // 2, task.num_kv
   keys = rng.choice(half - 1, kv, replace=False) + 1
@@ -170,7 +181,12 @@ def _example(task, stream):
   slots = rng.choice(task.slots, kv, replace=False, p=slot_probabilities(task.slots, task.power_a))
   if task.query_order == "shuffled":
     slots = rng.permutation(slots)
-  positions = (2 * kv + 2 * slots).astype(np.int32)
+  return keys, values, (2 * kv + 2 * slots).astype(np.int32)
+
+
+def _example(task, stream):
+  keys, values, positions = _pairs(task, stream)
+  kv = task.num_kv
   inputs = np.full(task.seq_len, FILLER, np.int32)
   if task.filler == "random":  # a stream of its own: the same fillers in either query order
     inputs[:] = np.random.default_rng([*stream, _FILLER_STREAM]).integers(
@@ -211,17 +227,29 @@ def from_fingerprint(fingerprint):
 
 
 def stats(task):
-  """What a reader of the folder needs: chance accuracy, context, where queries fall, and each
-  test split's no-binding ceilings (`ceilings`)."""
+  """What a reader of the folder needs: chance accuracy, context, where queries fall, each test
+  split's no-binding ceilings (`ceilings`) and the examples they were fitted on."""
   p = slot_probabilities(task.slots, task.power_a)
   first = 2 * task.num_kv
+  tests = [split for split in task.splits if split.startswith("test")]
   return {"kind": KIND, **dataclasses.asdict(task), "context_tokens": first,
           "query_slots": task.slots, "scored_per_example": task.num_kv,
           "chance_accuracy": task.chance,
-          "first_slot_probability": float(p[0]),
-          "slots_holding_half_the_probability": int(np.searchsorted(np.cumsum(p), 0.5) + 1),
-          "no_binding_ceiling": {split: ceilings(task, split)
-                                 for split in task.splits if split.startswith("test")}}
+          "first_slot_probability": float(p[0]), "slots_holding_half_the_probability": int(
+              np.searchsorted(np.cumsum(p), 0.5) + 1),
+          "no_binding_ceiling": {split: ceilings(task, split) for split in tests},
+          "no_binding_fit": {
+              "method": (f"each rule fitted on {RULE_EXAMPLES:,} examples' query draws, "
+                         f"streamed in chunks of at most {RULE_CHUNK_BYTES // 2**20} MiB; where "
+                         f"that takes over {RULE_DRAWS:,} Gumbel draws (one per query slot), on "
+                         f"a sample: the first {RULE_DRAWS:,} / slots examples"),
+              "examples": {split: rule_examples(split_task(task, split)[0]) for split in tests}}}
+
+
+def rule_examples(task):
+  """Examples the no-binding rules of `task` (a split's, split_task) are fitted on: all
+  RULE_EXAMPLES, or a sample of them when their draws would exceed RULE_DRAWS."""
+  return max(1, min(RULE_EXAMPLES, RULE_DRAWS // task.slots))
 
 
 def _cues(task, positions):
@@ -236,30 +264,39 @@ def _cues(task, positions):
 def _drawn_positions(task, rng, count):
   """Query positions [count, kv] of `count` examples drawn as `_example` draws them, at once:
   sampling kv slots without replacement with probabilities p, in draw order, is taking the kv
-  largest log p_i + Gumbel noise in decreasing order."""
-  p = slot_probabilities(task.slots, task.power_a)
-  noisy = np.log(p) + rng.gumbel(size=(count, task.slots))
-  slots = np.argsort(-noisy, axis=1)[:, :task.num_kv]
+  largest log p_i + Gumbel noise in decreasing order. The [count, slots] noise comes in chunks
+  of rows (RULE_CHUNK_BYTES) that read `rng` as one draw would: bounded memory, same positions.
+  """
+  log_p = np.log(slot_probabilities(task.slots, task.power_a))
+  n, kv = task.slots, task.num_kv
+  rows = max(1, RULE_CHUNK_BYTES // (BYTES_PER_DRAW * n))
+  slots = np.empty((count, kv), np.int64)
+  for start in range(0, count, rows):
+    noisy = rng.gumbel(size=(min(rows, count - start), n))  # [rows, slots]
+    noisy += log_p
+    top = np.argpartition(noisy, n - kv, axis=1)[:, n - kv:]  # the kv largest, in any order
+    order = np.argsort(-np.take_along_axis(noisy, top, axis=1), axis=1)
+    slots[start:start + len(noisy)] = np.take_along_axis(top, order, axis=1)
   if task.query_order == "shuffled":
     slots = rng.permuted(slots, axis=1)
   return 2 * task.num_kv + 2 * slots
 
 
-def ceilings(task, split, *, examples=RULE_EXAMPLES):
+def ceilings(task, split, *, examples=None):
   """Accuracy of rules that answer a query with no key-to-value binding, on `split`'s examples.
 
   "rank_order" answers the r-th query (in position order) with the r-th context value, the
   cue Zoology's query order leaves. The fitted rules answer with the value of the context
   pair that most often held the query's key, given only the query's rank among the queries
-  ("rank"), its slot ("slot") or both ("rank_slot"), fitted on `examples` examples of a
-  stream of its own; "uniform" guesses one of the kv values. A model that beats the highest
-  ("ceiling") binds keys to values.
+  ("rank"), its slot ("slot") or both ("rank_slot"), fitted on `examples` examples (default
+  `rule_examples`) of a stream of its own; "uniform" guesses one of the kv values. A model
+  that beats the highest ("ceiling") binds keys to values.
   """
   variant, code = split_task(task, split)
   kv = variant.num_kv
   rng = np.random.default_rng([task.seed, _RULE_CODE + code])
-  fitted = _cues(variant, _drawn_positions(variant, rng, examples))
-  tested = _cues(variant, np.stack([_example(variant, [task.seed, code, i])[2]
+  fitted = _cues(variant, _drawn_positions(variant, rng, examples or rule_examples(variant)))
+  tested = _cues(variant, np.stack([_pairs(variant, [task.seed, code, i])[2]
                                     for i in range(task.eval_examples)]))
   out = {"uniform": 1.0 / kv, "rank_order": float(np.mean(tested[0] == tested[2]))}
   sizes = (kv, variant.slots)
@@ -267,21 +304,27 @@ def ceilings(task, split, *, examples=RULE_EXAMPLES):
     shape = [sizes[k] for k in keys]
     cell = lambda cues, keys=keys, shape=shape: np.ravel_multi_index([cues[k] for k in keys],
                                                                      shape)
-    counts = np.zeros((int(np.prod(shape)), kv))
-    np.add.at(counts, (cell(fitted), fitted[2]), 1)
-    guess = counts.argmax(axis=1)  # an unseen cell guesses pair 0, as a rule would have to
-    out[name] = float(np.mean(guess[cell(tested)] == tested[2]))
+    out[name] = float(np.mean(_best_pair(cell(fitted), fitted[2], kv, cell(tested))
+                              == tested[2]))
   out["ceiling"] = max(out.values())
   return out
 
 
+def _best_pair(cells, pairs, kv, asked):
+  """Per cell of `asked` [M], the pair seen most often there among the fitted (`cells`, `pairs`)
+  [N], ties to the smaller; pair 0 for an unseen cell. Memory O(N + M), not slots x kv cells."""
+  held, counts = np.unique(cells * kv + pairs, return_counts=True)
+  cell, pair = np.divmod(held, kv)
+  order = np.lexsort((pair, -counts, cell))  # by cell, the most seen pair of each first
+  first = order[np.r_[True, cell[order][1:] != cell[order][:-1]]]
+  seen, best = cell[first], pair[first]  # seen: sorted
+  at = np.minimum(np.searchsorted(seen, asked), len(seen) - 1)
+  return np.where(seen[at] == asked, best[at], 0)
+
+
 def check_memory(task):
   """Raises UserError when one example of `task`, or its test splits' rule baselines, need more
-  host memory than is available.
-
-  Checked before anything is generated: numpy would otherwise stop with a
-  MemoryError traceback.
-  """
+  host memory than is available: checked before anything is generated (not a MemoryError)."""
   memory.check_fits(BYTES_PER_TOKEN * task.seq_len,
                     f"--seq-len {task.seq_len}: generating an example")
   # `ceilings` holds each test example's query positions (a numpy array, >= 128 bytes each).
@@ -289,14 +332,35 @@ def check_memory(task):
                     f"--eval-examples {task.eval_examples}: the test splits' rule baselines")
 
 
+def check_stats_size(task):
+  """Raises UserError, naming the flag to lower, when the queries' cues `stats` builds (beyond
+  check_memory's example) exceed host memory, or drawing the test queries would take hours."""
+  tests = sum(split.startswith("test") for split in task.splits)
+  if (draws := tests * task.eval_examples * task.slots) > MAX_TEST_SLOT_DRAWS:
+    raise UserError(f"--seq-len {task.seq_len} and --eval-examples {task.eval_examples}: the "
+                    f"no-binding ceilings draw the queries of {tests} x {task.eval_examples:,} "
+                    f"test examples over {task.slots:,} slots each, {draws:.1e} draws, more "
+                    f"than the {MAX_TEST_SLOT_DRAWS:.1e} that take minutes; lower --seq-len or "
+                    "--eval-examples")
+  kv = max((task.num_kv, *task.test_kv))
+  flag_name = "--num-kv" if kv == task.num_kv else "--test-kv"
+  variant = dataclasses.replace(task, num_kv=kv, test_kv=())
+  memory.check_fits(BYTES_PER_CUE * kv * rule_examples(variant),
+                    f"{flag_name} {kv}: the no-binding rules' {rule_examples(variant):,} fitted "
+                    f"examples")
+  memory.check_fits(BYTES_PER_CUE * kv * task.eval_examples,
+                    f"--eval-examples {task.eval_examples}: the test splits' rule baselines")
+
+
 def prepare(task, out, *, force=False):
   """Writes the folder of `task` (manifest.json, stats.json); returns the stats dict.
 
   Raises:
-    UserError: a task too large for this machine's memory (check_memory),
-      another run on `out`, or an unusable `out` (outdir.check).
+    UserError: a task too large for this machine or too long to summarise (check_memory,
+      check_stats_size), another run on `out`, or an unusable `out` (outdir.check).
   """
   check_memory(task)
+  check_stats_size(task)
   # as the manifest holds it (JSON: a tuple reads back as a list), so that a rerun matches
   fingerprint = json.loads(json.dumps({"kind": KIND, **dataclasses.asdict(task)}))
   manifest = {"format": "performer-generated-v1", "fingerprint": fingerprint,

@@ -75,7 +75,9 @@ def _by_task(loaded):
       raise UserError(f"{run.path} and {first}: {task} runs on other data or with and without "
                       "the short convolution; render each study on its own")
     out.setdefault(task, {}).setdefault(row, []).append(run)
-  return {t: {r: sorted(g, key=lambda run: run.seed) for r, g in rows.items()}
+  # Rows in the study's declared order, not the runs' (a glob puts favor_m128 before favor_m16).
+  return {t: {r: sorted(rows[r], key=lambda run: run.seed)
+              for r in sorted(rows, key=recall_runs.row_key)}
           for t, rows in sorted(out.items(), key=lambda kv: task_key(kv[0]))}
 
 

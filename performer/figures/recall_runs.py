@@ -27,6 +27,15 @@ def label(row):
   return LABELS.get(row, row)
 
 
+def row_key(row):
+  """Where `row` comes in the study's declared order (plans/recall.py rows, the committed tables'):
+  exact, FAVOR+ by m, then LABELS' order; a row of no study last, by name."""
+  if row.startswith("favor_m") and row.removeprefix("favor_m").isdigit():
+    return (1, int(row.removeprefix("favor_m")), row)
+  names = list(LABELS)
+  return (0 if row == "exact" else 2, names.index(row) if row in names else len(names), row)
+
+
 def state_size(run):
   """Floats one attention layer keeps per head and sequence (attention.BackendInfo.state_size),
   with queries and keys of ModelConfig.qk_dim (or the head's width) and values of the head's.

@@ -3,6 +3,7 @@
 `restore` copies archived runs back, so a fresh machine trains only what is left."""
 
 import dataclasses
+import fnmatch
 import glob
 import json
 import os
@@ -21,6 +22,10 @@ FILES = ("config.json", "config.gin", "metrics.jsonl", "diverged.json", "dataset
 PATTERNS = ("eval_*.json", "eval_*_sequences.npz")
 CHECKPOINTS = "checkpoints"
 STAMPS = "stamps"
+# What save() writes last: marks the folder as an archive, listing its entries, so that
+# --replace replaces an archive and never a training workdir or a folder of someone's files.
+MANIFEST = "archive.json"
+FORMAT = "performer-archive-v1"
 
 NAME = "archive"  # the command
 SUMMARY = "copy runs' compact outputs (configs, metrics, evals) into a folder to commit"
@@ -41,7 +46,8 @@ class Flags:
   checkpoint: bool = flag(False, "also copy the last checkpoint (for runs that others start "
                                  "from)")
   replace: bool = flag(False, "replace archives already in DEST (by default an existing "
-                              "DEST/<run name> is an error)")
+                              "DEST/<run name> is an error; a folder that is not an archive, "
+                              "e.g. a training workdir, always is)")
   jobs: tuple[str, ...] = flag((), "plan jobs whose stamps go with the run (default: the run's "
                                    "train job, its _eval and its _rows probe)", nargs="+",
                                 metavar="JOB")
@@ -90,7 +96,9 @@ def check(workdir, dest, *, checkpoint=False, replace=False):
     UserError: `workdir` is not a run folder (no config.json), or has no
       checkpoint while `checkpoint` asks for one; `dest` is `workdir`, lies
       inside it or holds it (whatever `replace` says: writing it would
-      delete the run); `dest` exists and `replace` is False, or is no folder.
+      delete the run); `dest` exists and `replace` is False, or is no folder,
+      or is not an archive (`not_an_archive`: a training workdir, a user's
+      folder), which `replace` never deletes.
   """
   if not os.path.isdir(workdir):
     raise UserError(f"{workdir}: no such folder")
@@ -108,6 +116,67 @@ def check(workdir, dest, *, checkpoint=False, replace=False):
     raise UserError(f"{dest} exists and is not a folder; move it away")
   if os.path.lexists(dest) and not replace:
     raise UserError(f"{dest} exists; pass --replace to replace it")
+  why = os.path.isdir(dest) and not_an_archive(dest)
+  if why:
+    raise UserError(f"{dest} is not an archive ({why}); --replace replaces only archives: move "
+                    f"it away or give --to another folder")
+
+
+def not_an_archive(folder):
+  """Why `folder` is no archive that `save` may replace, or None when it is one (or empty).
+
+  An archive is what `save` wrote: its MANIFEST lists every entry, and it
+  holds no other. One written before MANIFEST existed (this repository's
+  results/runs/) is known by its shape: only files `save` copies (FILES,
+  PATTERNS), a stamps/ folder (a workdir never has one: the plan keeps its
+  stamps in <runs>/.plan/) and at most one checkpoint; a training workdir
+  has tensorboard/ and, once it has saved twice, several checkpoints.
+
+  Returns:
+    None, or a reason for an error message (str).
+  """
+  entries = sorted(os.listdir(folder))
+  if not entries:
+    return None
+  if MANIFEST in entries:
+    try:
+      with open(os.path.join(folder, MANIFEST)) as f:
+        manifest = json.load(f)
+      listed = set(manifest["entries"]) if manifest.get("format") == FORMAT else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+      listed = None
+    if listed is None:
+      return f"its {MANIFEST} is not the manifest `performer archive` writes"
+    other = [e for e in entries if e not in listed]
+    return f"it holds {_some(other)}, which no archive wrote" if other else None
+  if "tensorboard" in entries:
+    return "it holds tensorboard/: a training workdir"
+  steps = _steps(os.path.join(folder, CHECKPOINTS))
+  if len(steps) > 1:
+    return f"it holds {len(steps)} checkpoints: a training workdir (an archive keeps one)"
+  other = [e for e in entries if not _archived(folder, e)]
+  if other:
+    return f"it holds {_some(other)}, which `performer archive` does not write"
+  if STAMPS not in entries:
+    return f"it has neither {MANIFEST} nor the {STAMPS}/ of an archive"
+  return None
+
+
+def _archived(folder, entry):
+  """Whether `entry` of `folder` is one that `save` writes (before MANIFEST existed too)."""
+  path = os.path.join(folder, entry)
+  if os.path.islink(path):
+    return False
+  if entry in (STAMPS, CHECKPOINTS):
+    return os.path.isdir(path)
+  return os.path.isfile(path) and (entry in FILES or any(fnmatch.fnmatch(entry, p)
+                                                         for p in PATTERNS))
+
+
+def _some(names):
+  """'a', 'a and b' or 'a, b and 3 more': entries named in a one-line error."""
+  shown = ", ".join(names[:2])
+  return shown if len(names) <= 2 else f"{shown} and {len(names) - 2} more"
 
 
 def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
@@ -115,7 +184,8 @@ def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
 
   The copy is made beside `dest` and renamed into place (an archive it
   replaces is renamed away first, then removed), so `dest` is always a
-  whole archive, the old or the new, or absent.
+  whole archive, the old or the new, or absent. MANIFEST, written last,
+  lists what the archive holds: what `check` lets `replace` replace.
 
   Raises:
     UserError: see `check`; a copy or rename that fails (a full disk, a
@@ -142,6 +212,10 @@ def save(workdir, dest, *, checkpoint=False, replace=False, jobs=()):
       if stamp:
         os.makedirs(os.path.join(tmp, STAMPS), exist_ok=True)
         shutil.copy2(stamp, os.path.join(tmp, STAMPS, f"{job}.json"))
+    with open(os.path.join(tmp, MANIFEST), "w") as f:
+      json.dump({"format": FORMAT, "entries": sorted([*os.listdir(tmp), MANIFEST])}, f,
+                indent=1)
+      f.write("\n")
     _swap_in(tmp, dest)
   except OSError as e:  # a full disk, a DEST that is busy (a mount point) or not ours
     shutil.rmtree(tmp, ignore_errors=True)
@@ -234,7 +308,7 @@ def restore(plan, say=print):
       path = os.path.join(source, f)
       if f == CHECKPOINTS:
         shutil.copytree(path, os.path.join(job.workdir, CHECKPOINTS), dirs_exist_ok=True)
-      elif f != STAMPS:
+      elif f not in (STAMPS, MANIFEST):  # a run folder marked as an archive could be replaced
         shutil.copy2(path, os.path.join(job.workdir, f))
     for name, stamp in stamps.items():
       state.write(plan.ctx.runs, name, **{k: v for k, v in stamp.items()
@@ -259,9 +333,14 @@ def _stamps(source):
   return out
 
 
+def _steps(folder):
+  """The step folders' names of a checkpoints/ folder ([] without one)."""
+  return [d for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
+
+
 def _last_checkpoint(workdir):
   folder = os.path.join(workdir, CHECKPOINTS)
-  steps = [d for d in os.listdir(folder) if d.isdigit()] if os.path.isdir(folder) else []
+  steps = _steps(folder)
   if not steps:
     raise UserError(f"{workdir}: no checkpoint to archive")
   return os.path.join(folder, max(steps, key=int))

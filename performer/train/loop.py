@@ -80,6 +80,7 @@ def _build(cfg):
   if cfg.data.batch_size % mesh.shape[sharding.DATA]:
     raise UserError(f"DataConfig.batch_size {cfg.data.batch_size} is not divisible by the "
                     f"mesh's {mesh.shape[sharding.DATA]} data-parallel devices")
+  state_lib.check_size(cfg, mesh)  # before the state and the first batch are made
   model, optimizer = state_lib.build(cfg)
   process = dict(process_index=jax.process_index(), process_count=jax.process_count())
   train_data = pipeline.batches(cfg.data, "train", causal=causal, **process)

@@ -6,6 +6,7 @@ import functools
 import os
 
 import jax
+import jax.numpy as jnp
 import optax
 from flax import nnx
 
@@ -68,6 +69,49 @@ def jit_train_step(cfg, mesh, graphdef, shardings):
   return jax.jit(step, in_shardings=(shardings, sharding.batch_sharding(mesh), None),
                  out_shardings=(shardings, sharding.replicated(mesh), sharding.replicated(mesh)),
                  donate_argnums=0)
+
+
+def least_bytes(cfg, mesh):
+  """(bytes per device, state bytes, batch bytes): the lower bound `check_size` compares.
+
+  Raises:
+    UserError: an invalid model (as `build`).
+  """
+  model, optimizer = nnx.eval_shape(lambda: build(cfg))
+  sizes = lambda tree: [x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)]
+  state = sum(sizes(nnx.state((model, optimizer)))) + max(sizes(nnx.state(model, nnx.Param)))
+  data = cfg.data
+  batch = data.batch_size * data.seq_len * (4 + cfg.model.d_model *
+                                            jnp.dtype(cfg.model.dtype).itemsize)
+  return (state + batch) // mesh.devices.size, state, batch
+
+
+def check_size(cfg, mesh):
+  """Raises UserError when the state and one batch of Config cfg cannot fit the memory, before
+  either is made.
+
+  A lower bound read off shapes alone (nnx.eval_shape allocates nothing):
+  the train state (parameters and AdamW's two moments), the gradient of the
+  largest parameter (XLA may free the others' in turn), and the batch's
+  int32 ids and an activation [B, L, d_model], spread over the mesh's
+  devices. XLA's buffer plan (`check_memory`) needs the state and the first
+  batch first: at a huge DataConfig.seq_len the position table [max_len,
+  d_model] and the batch alone outgrow the machine, and the OS kills the run
+  before the plan is read.
+
+  Raises:
+    UserError: naming DataConfig.seq_len and batch_size, the bytes needed and
+      available; or an invalid model (as `build`).
+  """
+  needed, state, batch = least_bytes(cfg, mesh)
+  available, data = memory.available_bytes(), cfg.data
+  if available and needed > available:
+    raise UserError(f"DataConfig.seq_len {data.seq_len} and batch_size {data.batch_size}: one "
+                    f"train step needs at least {memory.format_bytes(needed)} (parameters, "
+                    f"AdamW state and the largest gradient {memory.format_bytes(state)}, the "
+                    f"batch's ids and embeddings {memory.format_bytes(batch)}), more than the "
+                    f"{memory.format_bytes(available)} available on "
+                    f"{jax.devices()[0].device_kind}; lower DataConfig.seq_len or batch_size")
 
 
 def check_memory(compiled):

@@ -282,3 +282,70 @@ def test_preparing_the_same_task_again_does_nothing(tmp_path, capsys):
   assert cli.main(args) == 0
   assert "already holds this dataset (same input contents and options); nothing to do" in (
       capsys.readouterr().out)
+
+
+def test_the_committed_ceilings_come_out_the_same(tmp_path):
+  """results/recall_conv.json's no-binding ceilings (Zoology's task, four test splits), written
+  by the code that drew all 200,000 x slots Gumbel numbers at once: streamed, the same."""
+  with open(os.path.join(os.path.dirname(__file__), "..", "..", "results",
+                         "recall_conv.json")) as f:
+    committed = json.load(f)["tasks"]["L64_kv4"]["no_binding_ceiling"]
+  task = mqar.MQARConfig(vocab_size=8192, seq_len=64, num_kv=4, test_kv=(8, 16))
+  assert cli.main(["prepare-mqar", "--out", str(tmp_path / "t"), "--test-kv", "8,16"]) == 0
+  with open(tmp_path / "t" / "stats.json") as f:
+    written = json.load(f)
+  assert written["no_binding_ceiling"] == committed
+  assert written["no_binding_fit"]["examples"] == dict.fromkeys(committed, 200_000)
+  assert "streamed in chunks of at most 64 MiB" in written["no_binding_fit"]["method"]
+  assert mqar.load(str(tmp_path / "t")) == task
+
+
+def test_the_rules_draws_are_streamed_in_chunks_of_bounded_memory(monkeypatch):
+  # L = 2,048 and 20,000 examples: the old single draw held 3 x 20,000 x 1,020 float64 (490 MB).
+  import tracemalloc  # pylint: disable=import-outside-toplevel
+  task = mqar.MQARConfig(seq_len=2048, num_kv=8, eval_examples=10, query_order="shuffled")
+  rng = np.random.default_rng(7)
+  noisy = np.log(mqar.slot_probabilities(task.slots, task.power_a)) + rng.gumbel(
+      size=(3000, task.slots))
+  at_once = rng.permuted(np.argsort(-noisy, axis=1)[:, :8], axis=1)  # what the draw was
+  monkeypatch.setattr(mqar, "RULE_CHUNK_BYTES", 10 ** 6)  # 40 rows a chunk: 75 chunks
+  drawn = mqar._drawn_positions(task, np.random.default_rng(7), 3000)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(drawn, 16 + 2 * at_once)
+  monkeypatch.undo()
+  tracemalloc.start()
+  try:
+    mqar._drawn_positions(task, np.random.default_rng(7), 20_000)  # pylint: disable=protected-access
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert peak < mqar.RULE_CHUNK_BYTES + 2 * 2**20, peak  # a chunk, its output and log p
+
+
+def test_a_long_task_is_refused_in_one_line_before_any_array_and_says_how_its_rules_were_fit(
+    tmp_path, capsys, monkeypatch):
+  out = tmp_path / "t"
+  start = time.time()
+  assert cli.main(["prepare-mqar", "--out", str(out), "--seq-len", "100000000"]) == 2
+  err = capsys.readouterr().err
+  assert err == ("performer prepare-mqar: error: --seq-len 100000000 and --eval-examples 3000: "
+                 "the no-binding ceilings draw the queries of 2 x 3,000 test examples over "
+                 "49,999,996 slots each, 3.0e+11 draws, more than the 1.7e+10 that take minutes; "
+                 "lower --seq-len or --eval-examples\n"), err
+  assert time.time() - start < 5 and not out.exists()
+  # the rules' fitted queries of the split with the most pairs (--test-kv 16: 200,000 x 16)
+  monkeypatch.setattr(memory, "host_available_bytes", lambda: 100 * 2**20)
+  assert cli.main(["prepare-mqar", "--out", str(out), "--test-kv", "16"]) == 2
+  assert capsys.readouterr().err == (
+      "performer prepare-mqar: error: --test-kv 16: the no-binding rules' 200,000 fitted "
+      "examples: at least 195.3 MiB needed, more than the 100.0 MiB of memory available here; "
+      "use smaller sizes\n")
+  monkeypatch.undo()
+  # past RULE_DRAWS Gumbel numbers, the rules are fitted on a sample: stats.json says so
+  monkeypatch.setattr(mqar, "RULE_DRAWS", 2**20)
+  task = mqar.MQARConfig(seq_len=64, eval_examples=20)
+  assert cli.main(["prepare-mqar", "--out", str(out), "--eval-examples", "20"]) == 0
+  with open(out / "stats.json") as f:
+    written = json.load(f)
+  assert written["no_binding_fit"]["examples"] == {"test": 37449, "test_shuffled": 37449}
+  assert "on a sample: the first 1,048,576 / slots examples" in written["no_binding_fit"]["method"]
+  assert written["no_binding_ceiling"]["test"] == mqar.ceilings(task, "test", examples=37449)

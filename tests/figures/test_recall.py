@@ -1,6 +1,8 @@
 """figure recall and recall-lr on hand-written recall runs whose verdicts are known."""
 
+import glob
 import json
+import os
 import re
 
 import numpy as np
@@ -14,6 +16,7 @@ N, KV = 400, 4  # test examples, queries per example
 ROWS = {"exact": ("exact", {}), "identity": ("identity", {}),
         "favor_m16": ("performer_softmax", {"num_features": 16}),
         "favor_m64": ("performer_softmax", {"num_features": 64}),
+        "favor_m128": ("performer_softmax", {"num_features": 128}),
         "favor_no_redraw": ("performer_softmax", {"num_features": 64, "redraw_every": 0}),
         "trig": ("performer_softmax", {"num_features": 64, "kernel": "trig"}),
         "taylor": ("performer_relu", {"kernel": "taylor", "features": "deterministic",
@@ -305,3 +308,29 @@ def test_zoology_setting_adds_based_claims_and_asks_more_seeds_only_where_they_r
   assert "seeds paired): deterministic ReLU better than FAVOR+ m=64 (same state): 4" in claims
   relu = claims.split("ReLU better")[1].split("\n")[0]
   assert "| +4.50 |" in relu and "| 3/3 |" in relu
+
+
+def test_the_documented_glob_takes_the_replicates_and_rows_follow_the_declared_order(
+    tmp_path, capsys):
+  """docs/reproducing.md's `figure recall --runs runs/recall/<glob>` beside a tuning run, whose
+  folder name (..._simplex_lr0.001) holds "_s" too; rows as results/recall.md orders them."""
+  with open(os.path.join(os.path.dirname(recall.__file__), "..", "..", "docs",
+                         "reproducing.md")) as f:
+    line = next(line for line in f if "performer figure recall --runs runs/recall/" in line)
+  pattern = line.split("--runs runs/recall/")[1].split()[0]
+  rng = np.random.default_rng(5)
+  truth = {"exact": 0.97, "favor_m128": 0.9, "favor_m16": 0.5, "favor_m64": 0.8,
+           "identity": 0.01, "taylor": 0.9, "trig": 0.3}
+  for seed in range(2):
+    for row, p in truth.items():
+      _run(tmp_path / "recall", row, seed, _correct(rng, p))
+  tune = _run(tmp_path / "recall", "simplex", 100, None, stage="tune", valid={"accuracy": 0.5})
+  os.rename(tune, tmp_path / "recall" / "recall_L64_kv4_simplex_lr0.001")  # the plan's name
+  folders = sorted(glob.glob(str(tmp_path / "recall" / pattern)))
+  assert len(folders) == 14 and not [f for f in folders if "_lr" in f]
+  assert cli.main(["figure", "recall", "--runs", *folders]) == 0
+  capsys.readouterr()
+  rows = [line.split(" | ")[1] for line in (tmp_path / "recall" / "recall.md").read_text()
+          .split("\n") if line.startswith("| L64_kv4 |")]
+  assert rows == ["exact softmax", "FAVOR+ m=16", "FAVOR+ m=64", "FAVOR+ m=128",
+                  "trig (SMtrig)", "Taylor (Based)", "identity (control)"]

@@ -1,5 +1,6 @@
 """Archives: a run's compact outputs copied out to commit, and restored into a fresh runs folder."""
 
+import glob
 import os
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from performer import cli, plans
 from performer.errors import UserError
 from performer.plans import archive, state
+from testlib import ROOT
 
 
 def _run_folder(path, steps=(250, 500)):
@@ -31,9 +33,9 @@ def test_archive_copies_what_figures_read_and_the_stamps_not_the_checkpoints(tmp
   assert cli.main(["archive", str(run), "--to", str(tmp_path / "kept")]) == 0
   assert "kept/u_exact (" in capsys.readouterr().out
   kept = tmp_path / "kept" / "u_exact"
-  assert sorted(os.listdir(kept)) == ["config.gin", "config.json", "eval_ood.json",
-                                      "eval_ood_sequences.npz", "eval_test.json", "eval_test_sequences.npz", "metrics.jsonl",
-                                      "stamps"]
+  assert sorted(os.listdir(kept)) == ["archive.json", "config.gin", "config.json",
+                                      "eval_ood.json", "eval_ood_sequences.npz", "eval_test.json",
+                                      "eval_test_sequences.npz", "metrics.jsonl", "stamps"]
   assert sorted(os.listdir(kept / "stamps")) == ["u_exact.json", "u_exact_eval.json",
                                                  "u_exact_rows.json"]
   # again with the last checkpoint, replacing the first archive whole
@@ -117,14 +119,77 @@ def test_archive_replaces_an_archive_only_with_replace_and_never_two_runs_of_one
   (tmp_path / "r" / "file" / "config.json").write_text("{}")
   _refused([tmp_path / "r" / "file", "--to", kept, "--replace"], capsys, "is not a folder")
   assert (tmp_path / "kept" / "file").read_text() == "a file"
-  # --replace (documented) swaps the new archive in whole, leaving nothing beside it
+  # --replace (documented) swaps a new archive in whole over an archive, leaving nothing beside it
   with pytest.raises(SystemExit):
     cli.main(["archive", "--help"])
   assert "--replace" in capsys.readouterr().out
+  os.remove(kept / "u_exact" / "notes.txt")
+  assert cli.main(["archive", str(run), "--to", str(kept), "--replace"]) == 0  # an empty folder
+  (run / "metrics.jsonl").write_text("newer")
   assert cli.main(["archive", str(run), "--to", str(kept), "--replace"]) == 0
-  assert "notes.txt" not in os.listdir(kept / "u_exact")
-  assert "config.json" in os.listdir(kept / "u_exact")
+  assert (kept / "u_exact" / "metrics.jsonl").read_text() == "newer"
   assert sorted(os.listdir(kept)) == ["file", "u_exact"]
+
+
+def test_replace_refuses_a_training_workdir_or_a_folder_of_other_files_and_deletes_nothing(
+    tmp_path, capsys):
+  run = _run_folder(tmp_path / "runs" / "u_exact")
+  kept = tmp_path / "kept"
+  live = _run_folder(kept / "u_exact")  # DEST/<name> is a live training workdir
+  before = _files(live)
+  _refused([run, "--to", kept, "--replace"], capsys,
+           f"performer archive: error: {live} is not an archive (it holds tensorboard/: a "
+           f"training workdir); --replace replaces only archives: move it away or give --to "
+           f"another folder")
+  os.rename(live / "tensorboard", tmp_path / "tb")  # a workdir without its events: still refused
+  _refused([run, "--to", kept, "--replace"], capsys,
+           "(it holds 2 checkpoints: a training workdir (an archive keeps one))")
+  os.rename(tmp_path / "tb", live / "tensorboard")
+  assert _files(live) == before
+  # a folder of the user's files, and an archive the user added a file to
+  os.makedirs(kept / "mine")
+  (kept / "mine" / "notes.txt").write_text("mine")
+  (kept / "mine" / "config.json").write_text("{}")
+  mine = _run_folder(tmp_path / "other" / "mine")
+  _refused([mine, "--to", kept, "--replace"], capsys,
+           "mine is not an archive (it holds notes.txt, which `performer archive` does not write)")
+  assert _files(kept / "mine") == ["config.json", "notes.txt"]
+  assert cli.main(["archive", str(run), "--to", str(tmp_path / "a")]) == 0
+  (tmp_path / "a" / "u_exact" / "analysis.ipynb").write_text("mine")
+  _refused([run, "--to", tmp_path / "a", "--replace"], capsys,
+           "(it holds analysis.ipynb, which no archive wrote)")
+  (tmp_path / "a" / "u_exact" / "archive.json").write_text("{}")
+  _refused([run, "--to", tmp_path / "a", "--replace"], capsys,
+           "(its archive.json is not the manifest `performer archive` writes)")
+  assert (tmp_path / "a" / "u_exact" / "analysis.ipynb").read_text() == "mine"
+  with pytest.raises(UserError, match="is not an archive"):  # as `reproduce`'s jobs call it
+    archive.save(str(run), str(live), replace=True)
+  assert _files(live) == before and not [f for f in os.listdir(kept) if ".tmp-" in f]
+
+
+def test_replace_takes_an_archive_written_before_the_manifest_as_results_runs_holds_them(
+    tmp_path, capsys):
+  run = _run_folder(tmp_path / "runs" / "b_exact")
+  state.write(str(tmp_path / "runs"), "b_exact", state="done", fingerprint="f1")
+  old = tmp_path / "results" / "runs" / "b_exact"  # as committed: no archive.json
+  os.makedirs(old / "stamps")
+  os.makedirs(old / "checkpoints" / "1200")
+  for name in ("config.gin", "config.json", "metrics.jsonl", "eval_test.json",
+               "eval_test_sequences.npz", "stamps/b_exact.json", "checkpoints/1200/state"):
+    (old / name).write_text("old")
+  assert archive.not_an_archive(str(old)) is None
+  assert cli.main(["archive", str(run), "--to", str(old.parent), "--replace", "--checkpoint"]) == 0
+  capsys.readouterr()
+  assert (old / "config.json").read_text() == "config.json"
+  assert os.listdir(old / "checkpoints") == ["500"]
+  # without stamps/ (a restored run folder has none) or with files archive never writes: refused
+  for committed in glob.glob(os.path.join(ROOT, "results", "runs", "*")):
+    assert archive.not_an_archive(committed) is None, committed
+  os.makedirs(tmp_path / "restored")
+  for name in ("config.json", "metrics.jsonl", "eval_test.json"):
+    (tmp_path / "restored" / name).write_text("kept")
+  assert archive.not_an_archive(str(tmp_path / "restored")) == (
+      "it has neither archive.json nor the stamps/ of an archive")
 
 
 def test_a_replacement_that_fails_leaves_the_old_archive_whole(tmp_path, monkeypatch):
@@ -196,6 +261,8 @@ def test_restore_brings_back_runs_whose_fingerprint_matches_and_the_plan_counts_
     assert state.state(plan, plan[job])[0] == "done", job
   assert (tmp_path / "new" / "u_identity" / "eval_test_sequences.npz").exists()
   assert not (tmp_path / "new" / "u_identity" / "stamps").exists()
+  # nor the manifest: a run folder marked as an archive would be one --replace may delete
+  assert not (tmp_path / "new" / "u_identity" / "archive.json").exists()
   # b_identity was archived from another config: it is trained again, not restored
   assert state.state(plan, plan["b_identity"])[0] == "pending"
   assert not (tmp_path / "new" / "b_identity").exists()

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,7 @@ from performer import cli, configurables, memory
 from performer.data import gutenberg, masking, pg19, pipeline, samples
 from performer.errors import UserError
 from performer.figures import runs
-from performer.train import evaluate, loop, metrics, steps
+from performer.train import evaluate, loop, metrics, sharding, steps
 from performer.train import state as state_lib
 from performer.train.checkpoint import Checkpoints
 from performer.train.config import Config
@@ -268,17 +269,51 @@ def test_bad_configurations_stop_before_any_work(data, tmp_path, binding, messag
 @pytest.mark.parametrize("fresh", [False, True])
 def test_a_step_bigger_than_memory_stops_before_training_and_leaves_no_folders(
     data, tmp_path, monkeypatch, fresh):
-  monkeypatch.setattr(memory, "available_bytes", lambda: 2 ** 10)
+  # As much memory as the state and batch's lower bound (state_lib.check_size passes): XLA's
+  # plan of the step holds more (activations, gradients), and is refused.
+  configurables.parse(testlib.gin("gin/mini/trembl_u_performer_relu.gin"),
+                      [f"DataConfig.path = '{data}'", *TINY])
+  cfg = configurables.resolve()
+  floor = state_lib.least_bytes(cfg, sharding.make_mesh(cfg.mesh))[0]
+  monkeypatch.setattr(memory, "available_bytes", lambda: floor)
   workdir = tmp_path / "w"
   if not fresh:
     os.makedirs(workdir)
     (workdir / "notes.txt").write_text("mine")
   with pytest.raises(UserError, match=r"one train step needs [\d.]+ [KM]iB \(XLA's buffer plan\), "
-                     r"more than the 1.0 KiB available on cpu; lower DataConfig.batch_size"):
+                     rf"more than the {re.escape(memory.format_bytes(floor))} available on cpu; "
+                     r"lower DataConfig.batch_size"):
     _train(data, workdir, "TrainConfig.steps = 3")
   # no empty checkpoints/ or tensorboard/, and no empty workdir made just for the lock
   assert os.listdir(tmp_path) == ([] if fresh else ["w"])
   assert fresh or os.listdir(workdir) == ["notes.txt"]
+
+
+def test_a_seq_len_too_long_for_memory_is_refused_in_one_line_before_any_allocation(
+    data, tmp_path):
+  # L = 2 x 10^9: the position table alone is 119 GiB, its AdamW moments and gradient three
+  # times that, the batch's ids and embeddings 507 GiB. Before the check the table was
+  # allocated first and the OS killed the run; an address-space limit (8 GiB) keeps such a run
+  # from the machine.
+  limited = ("import resource, runpy, sys; "
+             "resource.setrlimit(resource.RLIMIT_AS, (2**33, 2**33)); sys.argv[0] = 'performer'; "
+             "runpy.run_module('performer.cli', run_name='__main__')")
+  cmd = [sys.executable, "-c", limited, "train", "--gin", "gin/mini/trembl_u_performer_relu.gin",
+         "--gin", testlib.TINY, "--workdir", str(tmp_path / "w")]
+  for p in [f"DataConfig.path = '{data}'", "DataConfig.seq_len = 2000000000"]:
+    cmd += ["--gin_param", p]
+  start = time.time()
+  result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert time.time() - start < 60
+  err = result.stderr.strip().splitlines()
+  assert len(err) == 1 and re.fullmatch(
+      r"performer train: error: DataConfig.seq_len 2000000000 and batch_size 4: one train step "
+      r"needs at least 983.48 GiB \(parameters, AdamW state and the largest gradient 476.84 GiB, "
+      r"the batch's ids and embeddings 506.64 GiB\), more than the [\d.]+ [GMT]iB available on "
+      r"cpu; lower DataConfig.seq_len or batch_size", err[0]), err
+  assert not (tmp_path / "w").exists()
 
 
 def test_resuming_another_shape_names_the_array_and_a_damaged_checkpoint_names_its_file(
