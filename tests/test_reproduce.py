@@ -13,6 +13,7 @@ import pytest
 
 from performer import plans, verdicts
 from performer.figures import claims as claims_lib
+from performer.figures import listops as listops_figure
 from performer.plans import budgets, fig6, recall
 from testlib import ROOT
 
@@ -174,6 +175,33 @@ def test_the_recall_study_runs_at_the_tiny_budget(appendix):
     assert (results / name).stat().st_size > 0, name
   with np.load(results / "runs" / "recall_L16_kv2_taylor_s1" / "eval_test_sequences.npz") as f:
     assert f["tokens"].tolist() == [2.0] * 16  # the kv = 2 queries of each test example
+
+
+@pytest.mark.slow  # part of the whole tiny plan above: recall_kv, on recall_conv's rates
+def test_the_confirmatory_recall_study_runs_at_the_tiny_budget(appendix):
+  runs, _ = appendix
+  record = json.loads((runs / "results" / "recall_kv.json").read_text())
+  design = budgets.BUDGETS["tiny"].recall_kv
+  assert set(record["rows"]) == set(design.rows)
+  assert {c["split"] for c in record["claims"]} == {"test_kv4"} and record["claims"]
+  assert {c["verdict"] for c in record["claims"]} <= VERDICTS
+  lr = json.loads((runs / "results" / "recall_conv_lr.json").read_text())["chosen"]["L16_kv2"]
+  config = json.loads((runs / "results" / "runs" / "recall_kv_L16_kv2_relu_s2" /
+                       "config.json").read_text())
+  assert config["optim"]["learning_rate"] == lr["relu"]  # recall_conv's rate, not tuned anew
+  assert (runs / "results" / "runs" / "recall_kv_L16_kv2_favor_m8_s3" / "recall_rows.json").exists()
+
+
+@pytest.mark.slow  # part of the whole tiny plan above: the ListOps study
+def test_the_listops_study_runs_at_the_tiny_budget(appendix):
+  runs, _ = appendix
+  record = json.loads((runs / "results" / "listops.json").read_text())
+  design = budgets.BUDGETS["tiny"].listops
+  assert set(record["rows"]) == set(design.rows)
+  assert all(len(r["accuracies"]) == len(design.seeds) for r in record["rows"].values())
+  assert [c["id"] for c in record["claims"]] == [c[0] for c in listops_figure.DECLARED]
+  with np.load(runs / "results" / "runs" / "listops_exact_s1" / "eval_test_sequences.npz") as f:
+    assert f["tokens"].tolist() == [1.0] * 16  # one label per test expression
 
 
 @pytest.mark.slow  # the tiny fig6 run: ~2.5 min; tables, figures and verdicts have fast tests
