@@ -127,6 +127,14 @@ def _side(direction, side):
   return direction, label, json.dumps(settings, sort_keys=True, default=str)
 
 
+def paired_runs(rows, a, b):
+  """(runs of row a, runs of row b) of {row: [runs]} on the seeds both rows have, and True; or
+  all their runs and False where they share fewer than two seeds (then compared unpaired)."""
+  shared = {r.seed for r in rows[a]} & {r.seed for r in rows[b]}
+  pairs = len(shared) >= 2
+  return tuple([r for r in rows[x] if r.seed in shared or not pairs] for x in (a, b)), pairs
+
+
 def replicates(group, split="test"):
   """verdicts.Replicates of a group's runs, or (None, why) when they cannot be paired."""
   arrays = []

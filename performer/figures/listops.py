@@ -79,12 +79,6 @@ def _rows(loaded):
   return {r: sorted(out[r], key=lambda run: run.seed) for r in LABELS if r in out}
 
 
-def _pair(rows, a, b):
-  shared = {r.seed for r in rows[a]} & {r.seed for r in rows[b]}
-  pairs = len(shared) >= 2
-  return [[r for r in rows[x] if r.seed in shared or not pairs] for x in (a, b)], pairs
-
-
 def decide(rows, *, bootstrap=verdicts.BOOTSTRAP):
   """(verdicts of the declared claims whose rows ran, the gate or None, more seeds): seeds
   paired; more seeds [{claim, rows, seeds}] by the Holm-aware rule (seeds_to_resolve at
@@ -103,7 +97,7 @@ def decide(rows, *, bootstrap=verdicts.BOOTSTRAP):
                                  split="test", delta=delta, family=FAMILY,
                                  delta_source=f"{DELTA_FRACTION:g} x exact's gain over identity",
                                  direction="B"))
-    (runs_a, runs_b), pairs = _pair(rows, a, b)
+    (runs_a, runs_b), pairs = claims_lib.paired_runs(rows, a, b)
     (ra, why_a), (rb, why_b) = claims_lib.replicates(runs_a), claims_lib.replicates(runs_b)
     if ra is None or rb is None:
       notes[cid] = why_a or why_b

@@ -93,9 +93,7 @@ def decide(task, rows, *, bootstrap=verdicts.BOOTSTRAP):
                                  split="test", delta=delta, family=task,
                                  delta_source=f"{DELTA_FRACTION:g} x exact's gain over identity",
                                  direction="U" if gate else None))
-    shared = {r.seed for r in rows[a]} & {r.seed for r in rows[b]}
-    pairs = len(shared) >= 2
-    runs_a, runs_b = ([r for r in rows[row] if r.seed in shared or not pairs] for row in (a, b))
+    (runs_a, runs_b), pairs = claims_lib.paired_runs(rows, a, b)
     (ra, why_a), (rb, why_b) = claims_lib.replicates(runs_a), claims_lib.replicates(runs_b)
     if ra is None or rb is None:
       notes[cid] = why_a or why_b

@@ -74,13 +74,6 @@ def _kv(split):
   return f"kv = {split.removeprefix('test_kv')}"
 
 
-def _pairs(rows, a, b):
-  """The runs of rows a and b on the seeds both have (paired), or all of them (fewer than 2)."""
-  shared = {r.seed for r in rows[a]} & {r.seed for r in rows[b]}
-  pairs = len(shared) >= 2
-  return [[r for r in rows[x] if r.seed in shared or not pairs] for x in (a, b)], pairs
-
-
 def evidence(rows, splits=SPLITS, *, bootstrap=verdicts.BOOTSTRAP):
   """({claim id: (Replicates a, Replicates b, paired, Evidence)}, {split: Gate}, {claim id: why
   not}) of one task's rows ({row: [runs]}), seeds paired as recall_claims.decide pairs them."""
@@ -92,7 +85,7 @@ def evidence(rows, splits=SPLITS, *, bootstrap=verdicts.BOOTSTRAP):
       if exact is not None and control is not None:
         gates[split] = verdicts.gate(split, exact, control, bootstrap=bootstrap)
   for claim in claims(rows, splits):
-    (runs_a, runs_b), pairs = _pairs(rows, claim.a, claim.b)
+    (runs_a, runs_b), pairs = claims_lib.paired_runs(rows, claim.a, claim.b)
     (ra, why_a), (rb, why_b) = (claims_lib.replicates(g, claim.split) for g in (runs_a, runs_b))
     if ra is None or rb is None:
       notes[claim.id] = why_a or why_b
