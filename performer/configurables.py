@@ -49,6 +49,7 @@ def resolve():
     model = build("ModelConfig", vocab_size=vocab.size, max_len=data.seq_len)
   except (ValueError, TypeError) as e:
     raise UserError(f"invalid model configuration: {str(e).splitlines()[0]}") from None
+  pipeline.check_model(data, model)
   return Config(data=data, model=model, optim=optim, train=train, mesh=mesh, vocab=vocab)
 
 

@@ -33,9 +33,10 @@ IDS = vocab_lib.Ids(size=len(TOKENS), pad=PAD, eos=CLS, mask=PAD, first_regular=
 NUM_CLASSES = 10
 SPLITS = ("train", "valid", "test")
 HISTOGRAM_BINS = 15
-# LRA's setting keeps about one draw in 12; past this many draws per example wanted, the options
-# leave too few distinct expressions in the length range, and generating stops with an error.
-MAX_DRAWS_PER_EXAMPLE = 10_000
+# LRA's setting keeps about one draw in 12. When this many draws in a row add no new expression,
+# the options leave too few distinct expressions in the length range: an error, not an endless
+# loop (a few seconds of draws).
+STALE_DRAWS = 200_000
 
 NAME = "prepare-listops"  # the command
 SUMMARY = "ListOps (LRA): nested list operations generated from a seed, with their statistics"
@@ -158,18 +159,18 @@ def generate(task, progress=None):
     ({split: [(tokens, label, depth)]}, counts of the draws: drawn, short, long, duplicate).
 
   Raises:
-    UserError: MAX_DRAWS_PER_EXAMPLE draws per wanted example did not find enough distinct
-      expressions in the length range.
+    UserError: STALE_DRAWS draws in a row found no new expression in the length range.
   """
   rng = random.Random(task.seed)
   wanted = sum(task.sizes.values())
   kept, seen = [], set()
   counts = {"drawn": 0, "too_short": 0, "too_long": 0, "duplicate": 0}
+  last_new = 0
   while len(kept) < wanted:
-    if counts["drawn"] >= MAX_DRAWS_PER_EXAMPLE * wanted:
+    if counts["drawn"] - last_new >= STALE_DRAWS:
       raise UserError(f"only {len(kept):,} of {wanted:,} distinct expressions of "
-                      f"{task.min_length} < tokens < {task.max_length} in {counts['drawn']:,} "
-                      "draws: widen the length range or ask for fewer examples")
+                      f"{task.min_length} < tokens < {task.max_length} (none new in the last "
+                      f"{STALE_DRAWS:,} draws): widen the length range or ask for fewer examples")
     counts["drawn"] += 1
     example = draw(rng, task)
     if example is None:
@@ -184,6 +185,7 @@ def generate(task, progress=None):
       continue
     seen.add(key)
     kept.append(example)
+    last_new = counts["drawn"]
     if progress is not None:
       progress.update()
   out, start = {}, 0

@@ -70,6 +70,19 @@ def _kind(cfg):
   return _manifest(cfg)["fingerprint"]["kind"]
 
 
+def check_model(cfg, model):
+  """Raises UserError when ModelConfig `model` cannot learn the dataset at cfg.path: ListOps
+  needs a pooled (B) classifier of its classes, a language-modelling dataset no pooling."""
+  if _kind(cfg) == listops.KIND:
+    if not model.pooling or model.num_classes != listops.NUM_CLASSES:
+      raise UserError(f"{cfg.path} is ListOps, {listops.NUM_CLASSES}-class classification: set "
+                      f"ModelConfig.pooling ('mean' or 'cls'), num_classes = "
+                      f"{listops.NUM_CLASSES} and causal = False (gin/listops/base.gin)")
+  elif model.pooling:
+    raise UserError(f"ModelConfig.pooling makes a classifier, but {cfg.path} is a "
+                    "language-modelling dataset: remove pooling and num_classes")
+
+
 def split_folder(cfg, split):
   """The shard folder of `split` (train, valid, test, ood) of the dataset at cfg.path.
 

@@ -3,6 +3,7 @@ argument rules, de-duplication, determinism, and the classifier that trains on i
 
 import json
 import os
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from flax import nnx
 
 from performer import cli, configurables
-from performer.data import listops, pipeline
+from performer.data import listops, mqar, pipeline
 from performer.data.shards import TokenShards
 from performer.errors import UserError
 from performer.models.config import ModelConfig
@@ -212,6 +213,28 @@ def test_too_few_distinct_expressions_stop_with_an_error(tmp_path):
   # Depth 2 with 2 arguments: 4 operators x 100 digit pairs, and 10 lone digits.
   task = listops.ListOpsConfig(train_examples=500, valid_examples=1, test_examples=1,
                                min_length=0, max_length=5, max_depth=2, max_args=2)
-  with pytest.raises(UserError, match="only 410 of 502 distinct expressions"):
+  start = time.perf_counter()
+  with pytest.raises(UserError, match="only 410 of 502 distinct expressions .*none new in the last"):
     listops.prepare(task, str(tmp_path / "x"))
+  assert time.perf_counter() - start < 60  # found all 410, then STALE_DRAWS more: seconds
   assert not (tmp_path / "x").exists()
+
+
+def test_a_model_that_cannot_read_the_labels_is_refused_before_training(folder):
+  base = [os.path.join(ROOT, "gin/listops/base.gin"), os.path.join(ROOT, "tests/tiny.gin")]
+  data = [f"DataConfig.path = '{folder}'", f"DataConfig.seq_len = {TASK.max_length}"]
+  for binding, message in (("ModelConfig.num_classes = 5", "num_classes = 10"),
+                           ("ModelConfig.pooling = ''", "set ModelConfig.pooling")):
+    configurables.parse(base, [*data, binding])
+    with pytest.raises(UserError, match=message):
+      configurables.resolve()
+
+
+def test_a_classifier_on_a_language_modelling_dataset_is_refused(tmp_path):
+  task = mqar.MQARConfig(vocab_size=16, seq_len=16, num_kv=2, eval_examples=4, train_pool=0)
+  mqar.prepare(task, str(tmp_path / "mqar"))
+  configurables.parse([os.path.join(ROOT, "gin/recall/base.gin")], [
+      f"DataConfig.path = '{tmp_path / 'mqar'}'", "DataConfig.seq_len = 16",
+      "ModelConfig.causal = False", "ModelConfig.pooling = 'mean'", "ModelConfig.num_classes = 4"])
+  with pytest.raises(UserError, match="pooling makes a classifier, but .* language-modelling"):
+    configurables.resolve()
