@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the speed results in results/ (see results/README.md):
+# Reproduces the speed results in results/ (see results/pages/speed_cpu.md):
 #   bash scripts/speed.sh [TAG] [TIME_CAP]
 # TAG names the files (default cpu): results/speed_{regular,small,regular_long,layer,chunks,targets,peers}_TAG.json
 # and a figure for each sweep. TIME_CAP is seconds per configuration (default 30).

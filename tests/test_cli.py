@@ -185,7 +185,7 @@ def test_help_and_version_import_no_command(tmp_path):
 def test_the_command_list_gives_each_command_module_s_own_summary():
   found = cli._found()  # pylint: disable=protected-access  # read from the sources, not imported
   summaries = {name: summary for _, name, summary in found}
-  assert len(summaries) == len(cli.COMMANDS) == 18
+  assert len(summaries) == len(cli.COMMANDS) == 19
   for where in cli.COMMANDS:
     module = importlib.import_module(where)
     assert summaries[module.NAME.replace("_", "-")] == module.SUMMARY, where

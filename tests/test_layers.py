@@ -16,7 +16,7 @@ LAYERS = (
     ("models", "data"),
     ("train",),
     ("configurables",),
-    ("experiments", "figures"),
+    ("experiments", "figures", "pages"),
     ("plans",),
     ("cli", "commands", ""),  # "": performer/__init__.py
 )

@@ -1,4 +1,4 @@
-"""The speed targets of FAVOR+ (results/README.md, "The targets"): what `performer speed
+"""The speed targets of FAVOR+ (results/pages/speed_cpu.md, "The targets"): what `performer speed
 --targets` measures, each target's bound, and its value from the rows of one run."""
 
 import dataclasses

@@ -33,7 +33,8 @@ class Form(NamedTuple):
 
 
 # By jax.default_backend(); platforms not listed take "gpu"'s. Each is the fastest form measured
-# on that platform: results/README.md, "FAVOR's forms" and "The CPU's batch groups".
+# on that platform: results/pages/speed_cpu.md, "One attention layer" (block and chunk lengths)
+# and "The targets" (batch groups); results/pages/speed_gpu.md, "Loop-free forms".
 FORMS = {
     "cpu": Form(block=512, chunk=128, span=128, batch_tokens=256, batch_bytes=4 << 20),
     "gpu": Form(block=262144, chunk=64, span=65536),

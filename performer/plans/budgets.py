@@ -191,8 +191,9 @@ BUDGETS = {
                                     "--test-examples", "16", "--min-length", "10",
                                     "--max-length", "48"),
                         rows=LISTOPS_ROWS, seeds=(0, 1))),
-    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (wall times:
-    # results/README.md); concatenated proteins at L = 1024 (docs/reproducing.md: why).
+    # Real Swiss-Prot 2014_01, 2-layer models at L = 256, sized for a 2-core CPU (job-minutes:
+    # results/pages/appendix.md, "Wall time"); concatenated proteins at L = 1024
+    # (docs/reproducing.md: why).
     "mini": Budget(
         name="mini", protein_gin=("gin/reproduce/mini.gin",), text_gin=("gin/mini/pg19_sizes.gin",),
         data="runs/data/swissprot", text_data="runs/data/pg19-sample", num_features=64,

@@ -77,7 +77,8 @@ def test_layer_only_times_the_scan_reference_and_matches_rows_to_flags(tmp_path)
 def test_measured_peak_memory_agrees_with_xla_buffer_plan():
   # Inputs + outputs + temporaries, read from the resident set on CPU: an
   # independent reading of what XLA's buffer assignment says it needs (the
-  # runtime adds ~12 MB of its own, results/README.md). Bidirectional: the
+  # runtime adds some of its own; results/pages/speed_cpu.md, "What was run", gives the
+  # targets run's ratio of the two). Bidirectional: the
   # causal pass's plan also holds its exact path's buffers, which a run that
   # never takes it never touches (the resident set stays ~12% below the plan).
   cfg = speed.SpeedConfig(configs=("regular",), attentions=("performer_softmax",),

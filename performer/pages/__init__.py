@@ -1,0 +1,1 @@
+"""The results pages: templates whose every number is read from a committed file when rendered."""
