@@ -95,7 +95,8 @@ def test_appendix_runs_train_with_their_settings(appendix):
 def test_appendix_figures_and_probe_results_are_written(appendix):
   runs, stdout = appendix
   results = runs / "results"
-  for name in ("fig5_backward_compat", "fig7_concat_accuracy", "fig15_redraw", "fig16_kernels"):
+  for name in ("fig5_backward_compat", "fig7_concat_accuracy", "fig15_redraw", "fig15_trig_full",
+               "fig16_kernels"):
     assert (results / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
   for files in PROBES.values():
     for name in files:

@@ -71,6 +71,9 @@ def jobs(ctx):
                         needs=[f"{j}_archive" for j in (*(t.name for t in tuned), "u_exact",
                                                         "b_exact", TEXT_SOURCE)],
                         study=STUDY))  # the sources' archives: its grey line
+  out.append(ctx.figure("fig15_trig_full", ("trig-full", "--runs", *map(ctx.archived, tuned)),
+                        "fig15_trig_full.png", needs=[f"{t.name}_archive" for t in tuned],
+                        study=STUDY))  # Fig. 15 right: Fig. 5 zoomed out
   out.append(fig6.appendix_claims(ctx, STUDY, list(map(ctx.archived, protein)),
                         needs=[f"{j.name}_archive" for j in protein]))
   return out

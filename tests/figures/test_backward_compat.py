@@ -159,3 +159,31 @@ def test_seeds_of_a_variant_are_a_mean_and_a_band_and_the_range_fits_validation(
   twin = _finetuned(make_run, "pos_again", "performer_softmax", {}, source=source)
   with pytest.raises(UserError, match="both are .* seed 0; give one run per"):
     figures.figure("backward-compat", run_dirs=[paths[0], twin], out_path=str(tmp_path / "x.png"))
+
+
+def test_fig15_right_draws_fig5s_panels_with_a_trig_run_from_zero(make_run, tmp_path, monkeypatch):
+  from performer.figures import trig_full  # pylint: disable=import-outside-toplevel
+  source = make_run("source", "exact", causal=True, metrics=[(100, "valid", 0.113, 17.0, 2.8)])
+  trig = _finetuned(make_run, "trig", "performer_softmax", {"kernel": "trig"}, source=source,
+                    start=0.02)
+  pos = _finetuned(make_run, "pos", "performer_softmax", {}, source=source)
+  # No trig run on (B): no panel.
+  lin = _finetuned(make_run, "lin", "linformer", {}, source=source, causal=False)
+  drawn = {}
+  real_save = trig_full.save_figure
+
+  def spy(fig, out):
+    drawn.update({ax.get_title(): (ax.get_ylim(), {line.get_label(): list(line.get_ydata())
+                                                   for line in ax.get_lines()})
+                  for ax in fig.axes})
+    real_save(fig, out)
+  monkeypatch.setattr(trig_full, "save_figure", spy)
+  out = str(tmp_path / "fig15.png")
+  assert figures.figure("trig-full", run_dirs=[pos, trig, lin], out_path=out) == (out,)
+  assert list(drawn) == ["swissprot (U) unidirectional: every step, y-axis from 0"]
+  (low, high), lines = drawn["swissprot (U) unidirectional: every step, y-axis from 0"]
+  assert low == 0 and high == pytest.approx(1.05 * 12.0)  # Fig. 5 would fit 2-12%
+  assert lines["Performer trig, seeds 0"] == pytest.approx([2.0, 11.0, 12.0])
+  assert lines["Performer positive, redraw, seeds 0"] == pytest.approx([7.0, 11.0, 12.0])
+  with pytest.raises(UserError, match="no trig fine-tune"):
+    figures.figure("trig-full", run_dirs=[pos, lin], out_path=out)
