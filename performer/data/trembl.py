@@ -133,8 +133,11 @@ class _Concat:
     return {"count": self.chunks, "length": self.length, "dropped_tail_tokens": self.buffered}
 
 
-def _distribute(parsed, split_of, splits, single, concat, lengths, seq_len):
+def _distribute(parsed, split_of, splits, single, concat, lengths, seq_len, residue_counts):
   """Adds a block's records to their splits, in input order; returns the residues added.
+
+  residue_counts: {split: [VOCAB_SIZE] int64}, incremented by the single task's tokens (each
+  record clipped to seq_len, as the models read it: Fig. 9's distribution).
 
   split_of: [n] the number of each record's split in `splits`, -1 to drop it.
   Consecutive records of one split are contiguous in `parsed.tokens` and
@@ -165,7 +168,9 @@ def _distribute(parsed, split_of, splits, single, concat, lengths, seq_len):
     lens = record_lengths[split_of == number]
     lengths[split].add_many(lens)
     lengths["all"].add_many(lens)
-    single[split].add_many(np.concatenate(single_parts[number]), np.minimum(lens, seq_len))
+    tokens = np.concatenate(single_parts[number])
+    single[split].add_many(tokens, np.minimum(lens, seq_len))
+    residue_counts[split] += np.bincount(tokens, minlength=vocab.VOCAB_SIZE)
     concat[split].add(np.concatenate(concat_parts[number]))
     residues += int(lens.sum())
   return residues
@@ -271,6 +276,7 @@ def _build(cfg, files, tmp, workers, progress):
   concat = {s: _Concat(ShardWriter(os.path.join(tmp, "concat", s), np.uint8, cfg.shard_tokens),
                        cfg.concat_len) for s in splits}
   lengths = {s: stats.LengthStats() for s in splits + ("all",)}
+  residue_counts = {s: np.zeros(vocab.VOCAB_SIZE, np.int64) for s in splits}
   rules, seen, inputs = collections.Counter(), set(), []
   duplicates = residues = 0
   start = time.perf_counter()
@@ -281,7 +287,8 @@ def _build(cfg, files, tmp, workers, progress):
       rules.update(parsed.counts)
       split_of = _split_of(parsed, cfg, ood_accessions, seen)
       duplicates += int(np.sum(split_of < 0))
-      residues += _distribute(parsed, split_of, splits, single, concat, lengths, cfg.seq_len)
+      residues += _distribute(parsed, split_of, splits, single, concat, lengths, cfg.seq_len,
+                              residue_counts)
       bar.update(size)
   finally:
     bar.close()  # before any error message, so the two do not share a line
@@ -297,6 +304,9 @@ def _build(cfg, files, tmp, workers, progress):
       "rules": dict(sorted(rules.items())),
       "single": {s: lengths[s].summary() for s in splits + ("all",)},
       "single_clipped_to": cfg.seq_len,
+      # Fig. 9: each residue's count in the single task's records, clipped to seq_len.
+      "residue_counts": {s: {t: int(n) for t, n in zip(vocab.TOKENS, c) if t in vocab.AMINO_ACIDS}
+                         for s, c in residue_counts.items()},
       "concat": {s: concat[s].close() for s in splits},
       "ood": ({"families_in_mapping": ood[2], "families_held_out": len(ood[1]),
                "held_out": ood[1][:50]} if ood

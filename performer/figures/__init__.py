@@ -58,8 +58,9 @@ class Flags:
                    choices=sorted(FIGURES), metavar="NAME")
   input: str | None = flag(
       None, "result JSON (mse-vs-m, speed, lemma2, error-propagation, attention-maps, "
-      "aa-similarity) or prepare-trembl folder (table1) to read", shown="what the producing "
-      "command writes by default, e.g. runs/approx_error.json, runs/data/trembl-sample")
+      "aa-similarity) or prepare-trembl folder (table1, aa-distribution) to read",
+      shown="what the producing command writes by default, e.g. runs/approx_error.json, "
+      "runs/data/trembl-sample")
   runs: tuple[str, ...] | None = flag(
       None, "run folders (`performer train` workdirs) for table2, claims, curves, "
       "backward-compat, kernels, redraw, recall, recall-lr (recall runs record their task, row, "

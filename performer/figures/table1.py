@@ -20,7 +20,7 @@ COLUMNS = (Column("task"), Column("split"), Column("source"),
            Column("median", "{:,.2f}"))
 
 
-def _stats(input_path):
+def load_stats(input_path):
   """The stats dict of a dataset folder (or of its stats.json itself)."""
   path = os.path.join(input_path, "stats.json") if os.path.isdir(input_path) else input_path
   try:
@@ -59,7 +59,7 @@ def render(input_path, out_path):
       not one written by prepare-trembl.
   """
   csv_path(out_path)  # a wrong --out fails before reading
-  path, stats = _stats(input_path)
+  path, stats = load_stats(input_path)
   single = stats["single"]
   rows = []
   for split in SPLITS:

@@ -107,6 +107,8 @@ def jobs(ctx):
   needs = [a.name for _, a in archives.values()]
   out.append(ctx.figure("table1", ("table1", "--input", ctx.data), "table1.md", needs=("proteins",),
                         study=STUDY))
+  out.append(ctx.figure("fig9_aa_distribution", ("aa-distribution", "--input", ctx.data),
+                        "fig9_aa_distribution.png", needs=("proteins",), study=STUDY))
   for name in ("table2", "claims"):
     out.append(ctx.figure(name, (name, "--runs", *runs), f"{name}.md", needs=needs, study=STUDY))
   for metric in ("accuracy", "perplexity"):

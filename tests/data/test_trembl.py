@@ -102,6 +102,39 @@ def test_gzip_windows_endings_bom_and_lower_case_parse_the_same(tmp_path):
   assert b["rules"]["stop_dropped"] == 1
 
 
+def test_residue_counts_are_those_of_the_clipped_records_and_draw_fig9(proteome, tmp_path):
+  from performer import figures  # pylint: disable=import-outside-toplevel
+  from performer.figures import aa_distribution  # pylint: disable=import-outside-toplevel
+  result = _prepare([proteome], tmp_path / "d", dedup=False, valid_fraction=0.05,
+                    test_fraction=0.05)
+  # Independent of the token ids: the FASTA's letters, each record clipped to 1,024, over all
+  # splits (stop '*' dropped, as prepare-trembl does).
+  text = {}
+  for record in open(proteome).read().split(">")[1:]:
+    residues = "".join(record.splitlines()[1:]).replace("*", "")[:1024]
+    for letter in residues:
+      text[letter] = text.get(letter, 0) + 1
+  summed = {t: sum(result["residue_counts"][s].get(t, 0) for s in ("train", "valid", "test"))
+            for t in vocab.AMINO_ACIDS}
+  assert summed == {t: text.get(t, 0) for t in vocab.AMINO_ACIDS}
+  for split in ("train", "valid", "test"):
+    # Independent: the letters of the records the single task wrote (clipped to 1,024).
+    letters = np.bincount(np.concatenate(_records(tmp_path / "d" / "single" / split)),
+                          minlength=vocab.VOCAB_SIZE)
+    assert result["residue_counts"][split] == {
+        t: int(n) for t, n in zip(vocab.TOKENS, letters) if t in vocab.AMINO_ACIDS}
+  stats = json.loads((tmp_path / "d" / "stats.json").read_text())
+  shares = aa_distribution.frequencies(stats)
+  assert sum(shares.values()) == pytest.approx(1.0)
+  train = sum(result["residue_counts"]["train"].values())
+  assert shares["I"] == result["residue_counts"]["train"]["I"] / train
+  out = str(tmp_path / "fig9.png")
+  assert figures.figure("aa-distribution", input_path=str(tmp_path / "d"), out_path=out) == (out,)
+  del stats["residue_counts"]
+  with pytest.raises(UserError, match="prepared before they were recorded"):
+    aa_distribution.frequencies(stats)
+
+
 def test_long_sequence_is_clipped_in_single_and_whole_in_concat(tmp_path):
   path = tmp_path / "long.fasta"
   path.write_text(">long\n" + "\n".join(["ACDEFGHIKL" * 6] * 667)[:40_000 + 666] + "\n>short\nMK\n")
