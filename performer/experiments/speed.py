@@ -90,6 +90,10 @@ class SpeedConfig:
                                    "series stopping at its first out-of-memory or time-cap")
   layer: bool = flag(False, "time the attention layer alone on q, k, v [1, L, heads, d/heads]",
                      name="--layer-only")
+  num_layers: tuple[int | None, ...] = flag(
+      (None,), "model depths to compare (Fig. 18: time and memory against the number of "
+      "layers at a fixed L)", parse=lambda text: split(text, int), name="--layers",
+      shown="the config's (regular and small: 6)")
   repeats: int = flag(5, "timed runs after the warm-up")
   time_cap: float = flag(120.0, "seconds one configuration may take, compile included, before "
                                 "it is recorded as a timeout")
@@ -149,6 +153,10 @@ class SpeedConfig:
     if max(self.seq_lens) > 2 ** 31 - 1:  # positions and XLA's shapes are int32
       raise UserError(f"--seq-lens must be at most 2147483647 (int32 positions), got "
                       f"{max(self.seq_lens)}")
+    if any(n is not None and n < 1 for n in self.num_layers):
+      raise UserError(f"--layers must be >= 1, got {min(n for n in self.num_layers if n is not None)}")
+    if self.num_layers != (None,) and (self.layer or self.targets):
+      raise UserError("--layers sets the model's depth: drop --layer-only and --targets")
     if self.repeats < 1:
       raise UserError(f"--repeats must be >= 1, got {self.repeats}")
     if self.jobs < 1:
@@ -210,10 +218,11 @@ def plan(cfg):
           chunks = cfg.chunk_sizes if "chunk_size" in takes else (None,)
           spans = cfg.spans if "span" in takes and direction == "causal" else (None,)
           groups = cfg.batch_tokens if "batch_tokens" in takes else (None,)
-          for chunk, span, group in itertools.product(chunks, spans, groups):
+          for chunk, span, group, depth in itertools.product(chunks, spans, groups,
+                                                             cfg.num_layers):
             series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
                                 chunk_size=chunk, span=span, batch_tokens=group,
-                                dtype=cfg.dtype)
+                                dtype=cfg.dtype, num_layers=depth)
                            for n in sorted(set(cfg.seq_lens))])
           if cfg.peers and attention == "performer_softmax":
             series.append([spec(config, speed_pytorch.NAME, direction, mode, n, layer=True)

@@ -169,7 +169,8 @@ def _model(spec):
   from performer.models.config import ModelConfig  # pylint: disable=import-outside-toplevel
   from performer.models.transformer import TransformerLM  # pylint: disable=import-outside-toplevel
   shape, length = CONFIGS[spec["config"]], spec["L"]
-  cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length, num_layers=shape.num_layers,
+  cfg = ModelConfig(vocab_size=VOCAB_SIZE, max_len=length,
+                    num_layers=spec.get("num_layers") or shape.num_layers,
                     num_heads=shape.num_heads, d_model=shape.d_model, d_ff=shape.d_ff,
                     dropout=0.0, attention=spec["attention"],
                     attention_options=_options(spec), causal=spec["direction"] == "causal",
@@ -230,13 +231,15 @@ def form_options(attention):
 
 
 def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
-         batch_tokens=None, dtype="float32"):
-  """One configuration: the dict `speed_worker.measure` takes, and a row's keys."""
+         batch_tokens=None, dtype="float32", num_layers=None):
+  """One configuration: the dict `speed_worker.measure` takes, and a row's keys (num_layers
+  only when it overrides the config's: Fig. 18's sweep)."""
   takes = form_options(attention)
-  return {"config": config, "attention": attention, "direction": direction, "mode": mode,
-          "L": length, "layer": layer, "chunk_size": chunk_size if "chunk_size" in takes else None,
-          "span": span if "span" in takes and direction == "causal" else None,
-          "batch_tokens": batch_tokens if "batch_tokens" in takes else None, "dtype": dtype}
+  out = {"config": config, "attention": attention, "direction": direction, "mode": mode,
+         "L": length, "layer": layer, "chunk_size": chunk_size if "chunk_size" in takes else None,
+         "span": span if "span" in takes and direction == "causal" else None,
+         "batch_tokens": batch_tokens if "batch_tokens" in takes else None, "dtype": dtype}
+  return out if num_layers is None else dict(out, num_layers=num_layers)
 
 
 def _options(spec):

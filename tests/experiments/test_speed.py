@@ -101,6 +101,18 @@ def test_memory_cap_gives_oom_rows_and_stops_the_series():
   assert "oom" in logged[0] and "skipped" in logged[0]
 
 
+def test_a_layers_sweep_times_models_of_each_depth():
+  # Fig. 18: one series per depth; each row records its num_layers, and a deeper model plans
+  # more bytes (its parameters and activations) than a shallower one.
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("identity",), directions=("causal",),
+                          modes=("fwdbwd",), seq_lens=(16,), repeats=1, num_layers=(1, 3))
+  assert [[s["num_layers"] for s in series] for series in speed.plan(cfg)] == [[1], [3]]
+  rows = speed.run(cfg, progress=False).rows
+  assert [(r["num_layers"], r["status"]) for r in rows] == [(1, "ok"), (3, "ok")]
+  assert rows[1]["xla_bytes"] > rows[0]["xla_bytes"]
+  assert "num_layers" not in speed.plan(speed.SpeedConfig(configs=("small",)))[0][0]
+
+
 def test_time_cap_gives_a_timeout_row():
   cfg = speed.SpeedConfig(configs=("small",), attentions=("identity",), directions=("causal",),
                           modes=("fwd",), seq_lens=(16, 32), repeats=1, time_cap=0.05)
@@ -372,6 +384,8 @@ def test_performer_pytorch_estimates_the_same_attention_as_ours():
      "--spans applies to causal attention: add --direction causal"),
     (("--attention", "performer_softmax", "--spans", "0"), "spans must be >= 1"),
     # What --peers lacks is named before whether torch is installed (it is not in CI):
+    (("--layers", "2,0"), "--layers must be >= 1, got 0"),
+    (("--layers", "2", "--layer-only"), "--layers sets the model's depth: drop --layer-only"),
     (("--peers",), "--peers compares attention layers: add --layer-only"),
     (("--peers", "--layer-only", "--attention", "exact"), "keep performer_softmax in --attention"),
     (("--peers", "--layer-only", "--attention", "performer_softmax", "--dtype", "bfloat16"),

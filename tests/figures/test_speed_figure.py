@@ -111,3 +111,23 @@ def test_another_experiment_is_named_in_the_error(tmp_path):
   with pytest.raises(UserError, match="expected a result file of experiment 'speed', "
                                       "found 'approx_error'"):
     figures.render("speed", str(src), str(tmp_path / "f.png"))
+
+
+def test_a_layers_sweep_is_drawn_against_depth_with_identity_as_opt(tmp_path, monkeypatch):
+  rows = [dict(_row(a, 1024, ms * n, direction="bidirectional"), layer=False, num_layers=n)
+          for a, ms in (("performer_softmax", 10.0), ("identity", 6.0)) for n in (1, 2, 4)]
+  rows.append(dict(_row("exact", 1024, 0.0, status="timeout"), layer=False, num_layers=1))
+  rows.append(_row("exact", 1024, 50.0))  # an L sweep's row: not drawn here
+  src = tmp_path / "speed.json"
+  src.write_text(json.dumps({"experiment": "speed", "rows": rows}))
+  fig = drawn(monkeypatch, tmp_path, "speed-layers", str(src))
+  (ax_time, _), (ax_time_u, ax_mem_u) = fig.axes[:2], fig.axes[2:]
+  assert ax_time.get_xlabel() == "number of layers"
+  lines = {line.get_label(): line for line in ax_time.get_lines()}
+  assert list(lines["identity (X (OPT))"].get_xdata()) == [1, 2, 4]
+  assert list(lines["performer_softmax"].get_ydata()) == pytest.approx([0.01, 0.02, 0.04])
+  assert _legend(ax_mem_u) == ["exact (timeout at 1 layers)"]  # (U): the exact rows alone
+  assert "(U)" in ax_time_u.get_title() and "L=1024" in ax_time_u.get_title()
+  src.write_text(json.dumps({"experiment": "speed", "rows": [_row("exact", 1024, 50.0)]}))
+  with pytest.raises(UserError, match="no row with num_layers"):
+    figures.render("speed-layers", str(src), str(tmp_path / "g.png"))
