@@ -51,16 +51,18 @@ if [ "$tiny" = 0 ]; then
   # Configurations are prepared 4 at a time (process start, imports, inputs) and compiled and
   # timed one at a time (speed --jobs). On an H200 (2026-12-04) compiling took 1-7 s per
   # layer and 8-22 s per model configuration, most of the wall time: the shares below (s after
-  # which a sweep starts nothing new) fit the whole script into about 8 minutes (511 s in the
-  # second run); the targets are the CPU's: here only their plan is written.
+  # which a sweep starts nothing new) fit the whole script into about 9 minutes (511 s in the
+  # second run, before the depth sweep's 45 s); the targets are the CPU's: here only their plan is written.
   config=regular repeats=5 cap=60 jobs=4 steps=200
   share_bf16=80 share_f32=30 share_blocks=25 share_chunks=50 share_model=75 share_targets=0
+  layers=1,2,4,8,12,16,20 layers_len=8192 share_layers=45
 else
   export JAX_PLATFORMS=cpu
   out=${OUT:-runs/gpu_check_tiny} tag=tiny platform=cpu
   lengths_layer=16,32 lengths_model=16 blocks=8,16 blocks_len=32 chunks=8,16 spans=16,32 chunks_len=32
   config=small repeats=1 cap=60 jobs=2 steps=20
   share_bf16=900 share_f32=900 share_blocks=900 share_chunks=900 share_model=900 share_targets=0
+  layers=1,2 layers_len=16 share_layers=900
 fi
 performer="$python -m performer.cli"
 data=${DATA:-runs/data/trembl-sample}
@@ -101,6 +103,10 @@ sweep chunks_bfloat16 "$share_chunks" --layer-only --config "$config" --dtype bf
 sweep model_bfloat16 "$share_model" --config "$config" --dtype bfloat16 \
     --attention performer_softmax,exact_dot_product,identity --mode fwdbwd \
     --seq-lens "$lengths_model"
+# Figs. 18-19: the model's time and memory against its depth at one L, identity = X (OPT).
+sweep layers_bfloat16 "$share_layers" --config "$config" --dtype bfloat16 \
+    --attention performer_softmax,exact_dot_product,identity --mode fwdbwd \
+    --seq-lens "$layers_len" --layers "$layers"
 # The target ratios (tiny: the plan only, every row skipped).
 sweep targets "$share_targets" --targets
 # A mini training run's throughput (the quick start's model), the loop against its compiled step.
@@ -118,6 +124,9 @@ for name in speed_layer_bfloat16 speed_layer_float32 speed_blocks_bfloat16 speed
   [ -e "$out/${name}_${tag}.json" ] && step "figure $name" $performer figure speed \
       --input "$out/${name}_${tag}.json" --out "$out/${name}_${tag}.png"
 done
+[ -e "$out/speed_layers_bfloat16_${tag}.json" ] && step "figure speed_layers_bfloat16" \
+    $performer figure speed-layers --input "$out/speed_layers_bfloat16_${tag}.json" \
+    --out "$out/speed_layers_bfloat16_${tag}.png"
 echo "device: $device; done in $(( $(date +%s) - start )) s; outputs in $out/"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "failed steps: ${failed[*]}" >&2

@@ -31,6 +31,10 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
     assert {r.get("implementation") for r in rows if r["attention"] == "exact_dot_product"} <= {
         "xla"}  # cudnn needs an NVIDIA GPU
     assert (out / f"{name}_tiny.png").stat().st_size > 10_000
+  layers = json.loads((out / "speed_layers_bfloat16_tiny.json").read_text())["rows"]
+  assert sorted((r["attention"], r["num_layers"]) for r in layers) == [
+      (a, n) for a in ("exact_dot_product", "identity", "performer_softmax") for n in (1, 2)]
+  assert (out / "speed_layers_bfloat16_tiny.png").stat().st_size > 10_000
   blocks = json.loads((out / "speed_blocks_bfloat16_tiny.json").read_text())["rows"]
   assert sorted((r["direction"], r["chunk_size"]) for r in blocks) == [
       ("bidirectional", 8), ("bidirectional", 16)]
