@@ -26,7 +26,8 @@ class PerformerAttention(nnx.Module):
   and redraw_every are unused). feature_dim: q and k first pass through a
   learned map to feature_dim dimensions (Based's feature_dim; None: none).
   chunk_size, span, batch_tokens: FAVOR's block lengths (favor.favor_attention;
-  None: the platform's, favor.form()).
+  None: the platform's, favor.form()). renormalize: False drops D^-1 (App. D.3;
+  generalized kernels only).
   """
 
   default_kernel, default_kernel_epsilon = "positive", 0.0  # for options given as None
@@ -34,7 +35,7 @@ class PerformerAttention(nnx.Module):
   def __init__(self, *, head_dim, num_heads=1, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1, seed=0,
                kernel_epsilon=None, chunk_size=None, span=None, batch_tokens=None,
-               features="random", feature_dim=None, rngs=None):
+               features="random", feature_dim=None, renormalize=True, rngs=None):
     kernel = kernel or self.default_kernel
     kernel_epsilon = self.default_kernel_epsilon if kernel_epsilon is None else kernel_epsilon
     if kernel not in favor.KERNELS:
@@ -47,7 +48,8 @@ class PerformerAttention(nnx.Module):
       raise ValueError(f"kernel {kernel!r} has no random features: use features='deterministic'")
     if feature_dim is not None and not (isinstance(feature_dim, int) and feature_dim >= 1):
       raise ValueError(f"feature_dim must be an integer >= 1 or None, got {feature_dim!r}")
-    self.features = features
+    favor.numerics.check_renormalize(kernel, renormalize)
+    self.features, self.renormalize = features, renormalize
     self.kernel, self.kernel_epsilon = kernel, kernel_epsilon
     # None: the platform's (favor.form())
     self.chunk_size, self.span, self.batch_tokens = chunk_size, span, batch_tokens
@@ -125,7 +127,8 @@ class PerformerAttention(nnx.Module):
     out = favor.favor_attention(q, k, v, self.matrix(), kernel=self.kernel, causal=causal,
                                 mask=mask, chunk_size=self.chunk_size, span=self.span,
                                 batch_tokens=self.batch_tokens,
-                                kernel_epsilon=self.kernel_epsilon, statistics=statistics)
+                                kernel_epsilon=self.kernel_epsilon, statistics=statistics,
+                                renormalize=self.renormalize)
     if statistics is not None and not self.use_running_average:
       self._record(q, k, mask)  # after use: a batch never sees its own statistics
     return out
@@ -150,7 +153,8 @@ class PerformerAttention(nnx.Module):
     q, k = self._qk(q, k)
     return favor.causal_decode_step(cache, q, k, v, self.matrix(), kernel=self.kernel,
                                     kernel_epsilon=self.kernel_epsilon,
-                                    params=self.kernel_parameters(q.shape[0]))
+                                    params=self.kernel_parameters(q.shape[0]),
+                                    renormalize=self.renormalize)
 
 
 @register("performer_softmax", label="Performer-softmax", colour="C0")

@@ -48,7 +48,7 @@ def form(platform=None):
 
 def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
                     chunk_size=None, span=None, batch_tokens=None, scale=None, kernel_epsilon=0.0,
-                    statistics=None):
+                    statistics=None, renormalize=True):
   """FAVOR attention: D^-1 (Q' ((K')^T V)), Eq. (4); causal via App. B.1.
 
   Args:
@@ -94,11 +94,13 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
     ValueError: inconsistent shapes, Lq, Lk or d = 0, q, k or v not of a
       floating dtype, a mask not bool, unknown kernel, missing W or W with
       m = 0 rows, chunk_size or span < 1, statistics missing for a causal
-      data-dependent kernel or given for another kernel; for concrete (not
+      data-dependent kernel or given for another kernel, renormalize False
+      with an exponential kernel; for concrete (not
       traced) inputs and an exponential kernel, a query or real key holding
       NaN or Inf, or whose scaled norm |x| d^(-1/4) exceeds `MAX_NORM`.
   """
   blocks.check_inputs(q, k, v, mask, causal)
+  numerics.check_renormalize(kernel, renormalize)
   for name, value, least in (("chunk_size", chunk_size, 1), ("span", span, 1),
                              ("batch_tokens", batch_tokens, 0)):
     if value is not None and not (isinstance(value, int) and value >= least):
@@ -130,7 +132,7 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
     batch_tokens = 0 if whole else lengths.batch_tokens
   group = _group(q.shape[0], length, batch_tokens)
   return _favor(q, k, v, W, mask, scale, jnp.asarray(kernel_epsilon, jnp.float32), statistics,
-                kernel=kernel, causal=causal, block=block, group=group)
+                kernel=kernel, causal=causal, block=block, group=group, renormalize=renormalize)
 
 
 def _group(batch, length, batch_tokens):
@@ -141,8 +143,10 @@ def _group(batch, length, batch_tokens):
 
 
 # Compiled once per shape and setting, so that eager calls do not retrace the scans.
-@functools.partial(jax.jit, static_argnames=("kernel", "causal", "block", "group"))
-def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block, group):
+@functools.partial(jax.jit, static_argnames=("kernel", "causal", "block", "group",
+                                             "renormalize"))
+def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block, group,
+           renormalize):
   with jax.default_matmul_precision("float32"):  # not TF32 (a GPU's default): logs need float32
     dtype = v.dtype
     q_params = k_params = None
@@ -153,7 +157,7 @@ def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causa
       q_params, k_params = (_per_sequence(side, q.shape[0], q.shape[2])
                             for side in exponential.parameters(kernel, *statistics))
     attend = functools.partial(_favor_float32, W=W, scale=scale, kernel_epsilon=kernel_epsilon,
-                               kernel=kernel, causal=causal, block=block,
+                               kernel=kernel, causal=causal, block=block, renormalize=renormalize,
                                operand_dtype=jnp.bfloat16 if dtype == jnp.bfloat16 else jnp.float32)
     args = (q, k, v, mask, q_params, k_params)
     if group < q.shape[0]:  # a loop over groups of sequences; each group's features stay in cache
@@ -166,16 +170,17 @@ def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causa
 
 
 def _favor_float32(q, k, v, mask, q_params, k_params, *, W, scale, kernel_epsilon, kernel, causal,
-                   block, operand_dtype):
+                   block, operand_dtype, renormalize):
   """FAVOR of the sequences given (a batch, or a group of it): [B, Lq, H, dv] float32."""
   featurize = functools.partial(numerics.featurize, W=W, kernel=kernel, scale=scale,
                                 kernel_epsilon=kernel_epsilon)
   featurize_q = functools.partial(featurize, params=q_params)
   featurize_k = functools.partial(featurize, params=k_params)
   if causal:
-    return causal_pass.causal(q, k, v, mask, featurize_q, featurize_k, *block, operand_dtype)
+    return causal_pass.causal(q, k, v, mask, featurize_q, featurize_k, *block, operand_dtype,
+                              renormalize)
   return bidirectional.bidirectional(q, k, v, mask, featurize_q, featurize_k, block[0],
-                                     operand_dtype)
+                                     operand_dtype, renormalize)
 
 
 def _per_sequence(side, batch, heads):

@@ -8,9 +8,10 @@ import jax.numpy as jnp
 from performer.favor import blocks, numerics
 
 
-def bidirectional(q, k, v, mask, featurize_q, featurize_k, block, operand_dtype):
-  """D^-1 (Q' ((K')^T V)) block by block; q, k [B, L, H, d], v [B, Lk, H, dv] -> float32
-  [B, Lq, H, dv].
+def bidirectional(q, k, v, mask, featurize_q, featurize_k, block, operand_dtype,
+                  renormalize=True):
+  """D^-1 (Q' ((K')^T V)) block by block (Q' ((K')^T V) when not renormalize); q, k
+  [B, L, H, d], v [B, Lk, H, dv] -> float32 [B, Lq, H, dv].
 
   Keys are read in blocks of `block`, keeping K'^T V and K'^T 1 against a
   running per-feature maximum c_f (a rescale when it grows, as in online
@@ -59,9 +60,9 @@ def bidirectional(q, k, v, mask, featurize_q, featurize_k, block, operand_dtype)
   def query_block(_, q_blk):
     qf = featurize_q(blocks.heads_first(q_blk))
     q_prime = low(qf.value if qf.log is None else numerics.query_prime(qf, c[:, :, None]))
-    return None, blocks.heads_first(numerics.divide(
+    return None, blocks.heads_first(numerics.normalise(
         dot("bhcm,bhmd->bhcd", q_prime, low(kv)),
-        jnp.einsum("bhcm,bhm->bhc", q_prime.astype(jnp.float32), z)))
+        jnp.einsum("bhcm,bhm->bhc", q_prime.astype(jnp.float32), z), renormalize))
 
   _, out = blocks.scan(query_block, None, q_blocks)
   return blocks.unblock(out, q.shape[1])

@@ -17,7 +17,8 @@ from performer.favor.features import Features
 HEADROOM = 60.0
 
 
-def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype):
+def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype,
+           renormalize=True):
   """Causal FAVOR; q, k [B, L, H, d], v [B, L, H, dv] float32 -> [B, L, H, dv] float32.
 
   chunk: C, tokens per chunk; span: tokens per loop step, rounded up to a
@@ -27,6 +28,7 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype):
   pass (`jax.checkpoint` per span), so only a span's features are stored;
   a sequence of one chunk keeps them (no more than exact attention's
   scores) and saves the recomputation, most of a small model's FAVOR cost.
+  renormalize: False gives the prefix-sum numerator alone (bounded features only).
   """
   batch, length, heads, dv = v.shape
   span = min(-(-span // chunk), -(-length // chunk)) * chunk
@@ -39,13 +41,14 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype):
   xs = (blocks.blocks(q, span), blocks.blocks(k, span), blocks.blocks(v, span),
         blocks.blocks(mask[:, :, None, None], span)[..., 0, 0])  # [n, B, span, ...]
   step = functools.partial(_span, featurize_q, featurize_k, chunk, operand_dtype,
-                           carried=span < length)
+                           carried=span < length, renormalize=renormalize)
   if length > chunk:
     step = jax.checkpoint(step)
   return blocks.unblock(blocks.scan(step, state, xs)[1], length)
 
 
-def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried):
+def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried,
+          renormalize=True):
   """One span of n chunks, all at once: (state before, inputs) -> (state after, outputs).
 
   state: (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) against reference c;
@@ -101,7 +104,7 @@ def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried)
   if carried or n > 1:  # what the chunks before say (nothing, for the sequence's one chunk)
     num += dot("bhntm,bhnmd->bhntd", q_prime, low(s * to_ref[..., None]))
     den += jnp.einsum("bhntm,bhnm->bhnt", q_prime.astype(jnp.float32), z * to_ref)
-  out = numerics.divide(num, den)  # [B, H, n, C, dv]
+  out = numerics.normalise(num, den, renormalize)  # [B, H, n, C, dv]
 
   if not bounded:
     # Query t takes the product while no key j <= t of its chunk has grown past the headroom.

@@ -21,14 +21,14 @@ def causal_decode_init(batch, heads, num_features, dv):
 
 
 def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kernel_epsilon=0.0,
-                       params=None):
+                       params=None, renormalize=True):
   """One token of causal FAVOR attention in O(M dv) work: App. B.1's prefix sums.
 
   Args:
     state: (S, z, c) from `causal_decode_init` or the previous step.
     q, k, v: [B, H, d] (v: [B, H, dv]) of the new token; W, kernel, scale,
-      kernel_epsilon and params as in `favor_attention` (params: the same
-      (query, key) `exponential.Side`s for every step of a sequence).
+      kernel_epsilon, params and renormalize as in `favor_attention` (params:
+      the same (query, key) `exponential.Side`s for every step of a sequence).
 
   Returns:
     (new state, out [B, H, dv] in v's dtype): out equals row t of
@@ -38,9 +38,10 @@ def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kern
 
   Raises:
     ValueError: q, k or v not of a floating dtype; bad W, kernel or params
-      (see `features.feature_parts`).
+      (see `features.feature_parts`); renormalize False with an exponential kernel.
   """
   blocks.check_float(q=q, k=k, v=v)
+  numerics.check_renormalize(kernel, renormalize)
   scale = q.shape[-1] ** -0.25 if scale is None else scale
   q_params, k_params = (None, None) if params is None else params
   qf, kf = (numerics.featurize(x[:, :, None], W=W, kernel=kernel, scale=scale,
@@ -48,11 +49,12 @@ def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kern
             for x, p in ((q, q_params), (k, k_params)))  # [B, H, 1, M]
   squeeze = lambda f: f._replace(**{n: None if a is None else a[:, :, 0]
                                     for n, a in f._asdict().items()})
-  state, out = token_update(state, squeeze(qf), squeeze(kf), v.astype(jnp.float32))
+  state, out = token_update(state, squeeze(qf), squeeze(kf), v.astype(jnp.float32),
+                            renormalize)
   return state, out.astype(v.dtype)
 
 
-def token_update(state, qf, kf, v):
+def token_update(state, qf, kf, v, renormalize=True):
   """Adds one key to the prefix state and reads one query against it: exact at any norm.
 
   qf, kf: `Features` of [B, H, M] (logs [B, H, M], [B, H, 1] or None); v:
@@ -72,6 +74,6 @@ def token_update(state, qf, kf, v):
     c = c_new
   s = s + jnp.einsum("bhm,bhd->bhmd", k_prime, v)
   z = z + k_prime
-  out = numerics.divide(jnp.einsum("bhm,bhmd->bhd", q_prime, s),
-                        jnp.einsum("bhm,bhm->bh", q_prime, z))
+  out = numerics.normalise(jnp.einsum("bhm,bhmd->bhd", q_prime, s),
+                           jnp.einsum("bhm,bhm->bh", q_prime, z), renormalize)
   return (s, z, c), out

@@ -50,6 +50,24 @@ def check_norms(q, k, mask, scale):
                        f"feature logs (~|x|^2/2 nats); normalise or rescale q and k")
 
 
+def check_renormalize(kernel, renormalize):
+  """Raises ValueError for renormalize=False with an exponential kernel: its features are
+  stabilised by constants that only D^-1 cancels (App. D.3 switches it off for generalized
+  kernels alone)."""
+  from performer.favor import kernels  # pylint: disable=import-outside-toplevel
+  if not renormalize and kernel in kernels.EXPONENTIAL_KERNELS:
+    bounded = [k for k in kernels.GENERALIZED_KERNELS if k not in kernels.EXPONENTIAL_KERNELS]
+    raise ValueError(f"renormalize=False needs a generalized kernel without exponential "
+                     f"features ({', '.join(bounded)}); {kernel!r} is exponential, whose "
+                     "stabilising constants only the normaliser D cancels")
+
+
+def normalise(num, den, renormalize=True):
+  """D^-1 num (`divide`), or num alone when renormalize is False (App. D.3: generalized
+  attention without its normaliser)."""
+  return divide(num, den) if renormalize else num
+
+
 def divide(num, den):
   """num / D; a query with D = 0 (no weight on any key) gets 0, not NaN.
 

@@ -1,8 +1,13 @@
 """Fig. 9 (App. C.2): the empirical amino-acid distribution of the training split, by class.
 
-Reads the residue counts prepare-trembl writes into stats.json; never recomputes anything."""
+Reads the residue counts prepare-trembl writes into stats.json (or counts the train shards of a
+dataset prepared before it wrote them)."""
+
+import glob
+import os
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from performer.data import vocab
 from performer.errors import UserError
@@ -19,17 +24,27 @@ CLASSES = {"aliphatic": "AGILPV", "aromatic": "FWY", "sulfur": "CM", "hydroxyl":
 COLOURS = dict(zip(CLASSES, ("C0", "C1", "C8", "C2", "C3", "C4")))
 
 
-def frequencies(stats, split="train"):
+def counted(folder, split="train"):
+  """{residue: count} of a prepared dataset's single-task `split` shards ({} without them): the
+  counts a stats.json written before `residue_counts` lacks."""
+  letters = np.zeros(vocab.VOCAB_SIZE, np.int64)
+  for path in sorted(glob.glob(os.path.join(folder, "single", split, "shard-*.tokens.npy"))):
+    letters += np.bincount(np.load(path, mmap_mode="r"), minlength=vocab.VOCAB_SIZE)
+  return {t: int(n) for t, n in zip(vocab.TOKENS, letters) if t in vocab.AMINO_ACIDS and n}
+
+
+def frequencies(stats, split="train", counts=None):
   """{residue: share of every residue of `split`}, over all 25 letters (the 20 standard and
-  the 5 anomalous ones, App. C.2), from prepare-trembl's `residue_counts`.
+  the 5 anomalous ones, App. C.2), from prepare-trembl's `residue_counts` (or `counts`).
 
   Raises:
-    UserError: the stats predate residue counts, or the split has none.
+    UserError: no counts for the split (stats written before residue counts, and no shards).
   """
-  counts = (stats.get("residue_counts") or {}).get(split)
+  counts = counts or (stats.get("residue_counts") or {}).get(split)
   if not counts:
-    raise UserError(f"no residue counts for the {split} split in this stats.json: it was "
-                    "prepared before they were recorded (run prepare-trembl again with --force)")
+    raise UserError(f"no residue counts for the {split} split: this stats.json was written "
+                    "before they were recorded and no shards are beside it (run prepare-trembl "
+                    "again with --force, or give the dataset folder)")
   total = sum(counts.values())
   return {r: counts.get(r, 0) / total for r in vocab.AMINO_ACIDS}
 
@@ -44,11 +59,12 @@ def render(input_path, out_path):
 
   Raises:
     UserError: an unknown image format or unwritable out_path; no stats.json, or one without
-      residue counts.
+      residue counts and no shards beside it.
   """
   figure_format(out_path)
   path, stats = load_stats(input_path)
-  shares = frequencies(stats)
+  own = stats.get("residue_counts") or not os.path.isdir(input_path)
+  shares = frequencies(stats, counts=None if own else counted(input_path))
   check_figure_path(out_path)
   order = [(r, c) for c, letters in CLASSES.items() for r in letters]
   fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")

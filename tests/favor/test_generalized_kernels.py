@@ -34,16 +34,17 @@ def _np_features(x, W, kernel, eps):
   return F[kernel](u) / np.sqrt(W.shape[0]) + eps
 
 
-def _explicit(q, k, v, W, kernel, eps, causal, mask):
-  """D^-1 (Q' K'^T) V built as an L x L matrix in float64, with q, k scaled by d^(-1/4)."""
+def _explicit(q, k, v, W, kernel, eps, causal, mask, renormalize=True):
+  """D^-1 (Q' K'^T) V built as an L x L matrix in float64, with q, k scaled by d^(-1/4);
+  (Q' K'^T) V without D^-1 when not renormalize (App. D.3)."""
   s = D ** -0.25
   a = np.einsum("bqhm,bkhm->bhqk", _np_features(q * s, W, kernel, eps),
                 _np_features(k * s, W, kernel, eps))
   if causal:
     a = a * np.tril(np.ones(a.shape[-2:]))
   a = a * np.asarray(mask, np.float64)[:, None, None, :]
-  return np.einsum("bhqk,bkhd->bqhd", a, np.asarray(v, np.float64)) / a.sum(-1).transpose(
-      0, 2, 1)[..., None]
+  out = np.einsum("bhqk,bkhd->bqhd", a, np.asarray(v, np.float64))
+  return out / a.sum(-1).transpose(0, 2, 1)[..., None] if renormalize else out
 
 
 def _qkv(seed=0, length=L):
@@ -102,3 +103,44 @@ def test_performer_backend_decodes_each_kernel_token_by_token(kernel):
     cache, out = layer.decode_step(cache, q[:, t], k[:, t], v[:, t])
     outs.append(out)
   np.testing.assert_allclose(jnp.stack(outs, 1), expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kernel", ("relu", "tanh", "elu_plus_one"))
+@pytest.mark.parametrize("causal, block", [(False, 5), (True, 16)])
+def test_without_renormalization_favor_is_the_numerator_alone(kernel, causal, block):
+  # App. D.3: Q' ((K')^T V), or the causal prefix sums' numerator; padded keys still add nothing.
+  q, k, v = _qkv(3)
+  W = favor.projection(jax.random.key(8), M, D)
+  mask = np.ones((B, L), bool)
+  mask[0, 20:] = False
+  got = favor.favor_attention(q, k, v, W, kernel=kernel, causal=causal, mask=jnp.asarray(mask),
+                              chunk_size=block, kernel_epsilon=EPS, renormalize=False)
+  expected = _explicit(q, k, v, W, kernel, EPS, causal, mask, renormalize=False)
+  np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-4)
+  assert not np.allclose(got, _explicit(q, k, v, W, kernel, EPS, causal, mask), atol=1e-2)
+  if causal:  # no leak: later tokens change no earlier output
+    later = jnp.asarray(k).at[:, 25:].multiply(-3.0)
+    moved = favor.favor_attention(q, later, v, W, kernel=kernel, causal=True, chunk_size=block,
+                                  mask=jnp.asarray(mask), kernel_epsilon=EPS, renormalize=False)
+    np.testing.assert_array_equal(moved[:, :25], got[:, :25])
+
+
+def test_a_layer_without_renormalization_decodes_its_own_rows_and_softmax_refuses():
+  length = 13
+  layer = attention.make("performer_relu", num_heads=H, head_dim=D, max_len=length,
+                         rngs=None, num_features=M, kernel_epsilon=EPS, renormalize=False)
+  q, k, v = _qkv(4, length)
+  expected = _explicit(q, k, v, layer.W[...], "relu", EPS, True, np.ones((B, length), bool),
+                       renormalize=False)
+  np.testing.assert_allclose(layer(q, k, v, causal=True), expected, rtol=2e-5, atol=2e-4)
+  cache, outs = layer.decode_init(B, H, D), []
+  for t in range(length):
+    cache, out = layer.decode_step(cache, q[:, t], k[:, t], v[:, t])
+    outs.append(out)
+  np.testing.assert_allclose(jnp.stack(outs, 1), expected, rtol=2e-5, atol=2e-4)
+  with pytest.raises(ValueError, match="renormalize=False needs a generalized kernel without exponential"):
+    attention.make("performer_softmax", num_heads=H, head_dim=D, max_len=length, rngs=None,
+                   renormalize=False)
+  with pytest.raises(ValueError, match="'positive' is exponential"):
+    favor.favor_attention(q, k, v, favor.projection(jax.random.key(0), M, D),
+                          renormalize=False)
