@@ -121,8 +121,7 @@ class _Concat:
     if self.buffered >= self.length:
       joined = np.concatenate(self.buffer)
       n = len(joined) // self.length
-      for i in range(n):
-        self.writer.add(joined[i * self.length:(i + 1) * self.length])
+      self.writer.add_many(joined[:n * self.length], np.full(n, self.length))
       self.chunks += n
       rest = joined[n * self.length:]
       self.buffer, self.buffered = [rest], len(rest)

@@ -130,7 +130,8 @@ def command(name):
   """(FLAGS, main) of the experiment module `name`: every experiment is a command this way.
 
   The module declares CONFIG (its flags), run, report, NAME, OUT (the default
-  --out), FIGURE (what draws it, or None) and, when its model comes from gin
+  --out), FIGURE (what draws it, or None; figure_of(cfg), when present, picks
+  by the flags) and, when its model comes from gin
   files, GIN = True. Call at the end of the module, as
   `FLAGS, main = results.command(__name__)`.
   """
@@ -150,8 +151,8 @@ def command(name):
     result, seconds = main(module, cfg, args.out)
     print("\n".join(module.report(cfg, result)))
     arrays = f" and {arrays_path(args.out)}" if result.arrays is not None else ""
-    hint = (f"; draw it with: {program()} figure {module.FIGURE} --input {args.out}"
-            if module.FIGURE else "")
+    figure = getattr(module, "figure_of", lambda _: module.FIGURE)(cfg)
+    hint = f"; draw it with: {program()} figure {figure} --input {args.out}" if figure else ""
     print(f"wrote {args.out}{arrays} in {seconds:.0f} s{hint}")
   return ((configurables.GinFlags,) if gin else ()) + (module.CONFIG, out), run_command
 

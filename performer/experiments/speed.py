@@ -53,6 +53,11 @@ OUT = "runs/speed.json"  # scripts/speed.sh writes results/
 FIGURE = "speed"
 
 
+def figure_of(cfg):
+  """A --layers sweep is drawn against depth (Figs. 18-19), any other against L."""
+  return "speed-layers" if cfg.num_layers != (None,) else FIGURE
+
+
 @dataclasses.dataclass(frozen=True)
 class SpeedConfig:
   """What to measure; the product of the lists, each series over seq_lens.
@@ -153,10 +158,18 @@ class SpeedConfig:
     if max(self.seq_lens) > 2 ** 31 - 1:  # positions and XLA's shapes are int32
       raise UserError(f"--seq-lens must be at most 2147483647 (int32 positions), got "
                       f"{max(self.seq_lens)}")
-    if any(n is not None and n < 1 for n in self.num_layers):
-      raise UserError(f"--layers must be >= 1, got {min(n for n in self.num_layers if n is not None)}")
+    least = min((n for n in self.num_layers if n is not None), default=1)
+    if least < 1:
+      raise UserError(f"--layers must be >= 1, got {least}")
     if self.num_layers != (None,) and (self.layer or self.targets):
       raise UserError("--layers sets the model's depth: drop --layer-only and --targets")
+    self._check_budgets()
+    if self.dtype not in DTYPES:
+      raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+    self._check_forms()
+
+  def _check_budgets(self):
+    """Counts and limits: repeats, jobs, time and memory caps, form sizes."""
     if self.repeats < 1:
       raise UserError(f"--repeats must be >= 1, got {self.repeats}")
     if self.jobs < 1:
@@ -172,8 +185,9 @@ class SpeedConfig:
       small = [c for c in values if c is not None and c < least]
       if small:
         raise UserError(f"{name} must be >= {least}, got {small[0]}")
-    if self.dtype not in DTYPES:
-      raise UserError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+
+  def _check_forms(self):
+    """Flags that only some attentions or directions take."""
     # A flag that cannot work is the real reason, whatever is installed: before torch's check.
     if self.peers and not self.targets:  # targets_plan() ignores the selection
       if not (self.layer and "performer_softmax" in self.attentions):

@@ -1,7 +1,6 @@
 """Fig. 9 (App. C.2): the empirical amino-acid distribution of the training split, by class.
 
-Reads the residue counts prepare-trembl writes into stats.json (or counts the train shards of a
-dataset prepared before it wrote them)."""
+From the residue counts in stats.json (or the train shards of a dataset prepared without them)."""
 
 import glob
 import os

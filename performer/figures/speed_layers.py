@@ -8,6 +8,7 @@ from performer.figures.io import check_figure_path, figure_format, load_rows, sa
 from performer.figures.speed import LINESTYLES, MODES, OTHER_COLOURS, REQUIRED, TAGS
 
 NAME = "speed-layers"  # performer figure NAME
+INPUT = "runs/speed.json"  # what `performer speed --layers` writes without --out
 SUMMARY = "Figs. 18-19 time and memory against the number of layers (--input speed JSON)"
 
 

@@ -97,8 +97,10 @@ def test_a_block_goes_to_its_splits_as_record_by_record(tmp_path):
                                64) for s in splits},
             {s: stats.LengthStats() for s in splits + ("all",)})
   single, concat, lengths = writers("bulk")
-  residues = trembl._distribute(parsed, split_of, splits, single, concat, lengths, seq_len)
+  counts = {s: np.zeros(vocab.VOCAB_SIZE, np.int64) for s in splits}
+  residues = trembl._distribute(parsed, split_of, splits, single, concat, lengths, seq_len, counts)
   ref_single, ref_concat, ref_lengths = writers("ref")
+  ref_counts = {s: np.zeros(vocab.VOCAB_SIZE, np.int64) for s in splits}
   for j, number in enumerate(split_of):
     if number < 0:
       continue
@@ -107,6 +109,7 @@ def test_a_block_goes_to_its_splits_as_record_by_record(tmp_path):
     ref_concat[splits[number]].add(np.append(tokens, vocab.EOS).astype(np.uint8))
     ref_lengths[splits[number]].add(len(tokens))
     ref_lengths["all"].add(len(tokens))
+    ref_counts[splits[number]] += np.bincount(tokens[:seq_len], minlength=vocab.VOCAB_SIZE)
   kept = split_of >= 0
   assert residues == int(np.diff(parsed.offsets)[kept].sum())
   assert any(np.diff(parsed.offsets)[kept] > seq_len)  # clipping was exercised
@@ -114,6 +117,7 @@ def test_a_block_goes_to_its_splits_as_record_by_record(tmp_path):
     assert single[s].close() == ref_single[s].close()
     assert concat[s].close() == ref_concat[s].close()
     assert lengths[s].histogram == ref_lengths[s].histogram
+    np.testing.assert_array_equal(counts[s], ref_counts[s])  # Fig. 9's residues, clipped
   for name in sorted(n for n in os.listdir(tmp_path / "ref" / "train") if n.endswith(".npy")):
     np.testing.assert_array_equal(np.load(tmp_path / "ref" / "train" / name),
                                   np.load(tmp_path / "bulk" / "train" / name))

@@ -111,6 +111,9 @@ def test_a_layers_sweep_times_models_of_each_depth():
   assert [(r["num_layers"], r["status"]) for r in rows] == [(1, "ok"), (3, "ok")]
   assert rows[1]["xla_bytes"] > rows[0]["xla_bytes"]
   assert "num_layers" not in speed.plan(speed.SpeedConfig(configs=("small",)))[0][0]
+  # The "draw it with" hint names the figure that reads such a sweep.
+  assert speed.figure_of(cfg) == "speed-layers"
+  assert speed.figure_of(speed.SpeedConfig(configs=("small",))) == "speed"
 
 
 def test_time_cap_gives_a_timeout_row():
