@@ -102,6 +102,14 @@ def _claims():
                       "unstable training, even NaN (App. D.3)", "worse",
                       ("Performer-ReLU", {"kernel": "trig"}),
                       ("Performer-ReLU", {"kernel": "relu"}), "B", "fig16"))
+  # D.3's renormalization (declared 2026-12-07, before its runs): per bounded kernel, the model
+  # without D^-1 against the same kernel with it; one family of its own, so the cosine claim
+  # above keeps the Holm family it was decided in.
+  for kernel in ("sigmoid", "relu", "abs", "gelu", "tanh", "identity"):  # plans/fig16.BOUNDED
+    out.append(Declared(f"B: {kernel} without renormalization matches with", "disabling "
+                        f"renormalization does not necessarily hurt accuracy (App. D.3; {kernel})",
+                        "matches", ("Performer-ReLU", {"kernel": kernel, "renormalize": False}),
+                        ("Performer-ReLU", {"kernel": kernel}), "B", "fig16_renormalize"))
   return out
 
 

@@ -1,6 +1,6 @@
 """Fig. 16 (App. D.3): generalized-attention kernels on TrEMBL, accuracy against step, log-log.
 
-Reads Performer run folders, one per kernel; identity-attention runs are the control."""
+Reads Performer run folders (per kernel, with and without D^-1); identity attention is the control."""
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
@@ -38,6 +38,16 @@ def kernel_of(run):
   if kernel not in favor.KERNELS:
     raise UserError(f"{run.path}: unknown kernel {kernel!r}; known: {', '.join(favor.KERNELS)}")
   return kernel
+
+
+def renormalized(run):
+  """Whether the run divides by D (App. D.3): its recorded sweep value, else its options'."""
+  return run.setting("renormalize", options(run).get("renormalize", True))
+
+
+def _row(run):
+  """A curve family of the figure: the kernel, and whether D^-1 was on."""
+  return kernel_of(run), renormalized(run)
 
 
 def one_direction(loaded):
@@ -82,9 +92,10 @@ def mark_divergence(ax, run, colour, last_value, *, log_x=False):
 
 def _labels(loaded):
   """{run path: legend label}: the kernel, and the folder name where kernels repeat."""
-  kernels = [kernel_of(run) for run in loaded]
-  return {run.path: favor.kernel(k).label + (f" ({run.name})" if kernels.count(k) > 1 else "")
-          for run, k in zip(loaded, kernels)}
+  rows = [_row(run) for run in loaded]
+  return {run.path: favor.kernel(k).label + ("" if on else " without D^-1")
+          + (f" ({run.name})" if rows.count((k, on)) > 1 else "")
+          for run, (k, on) in zip(loaded, rows)}
 
 
 ZOOM_POINTS = 1.0  # the right panel shows the kernels within this many points of the best
@@ -129,13 +140,13 @@ def render(run_dirs, out_path):
   direction = one_direction(loaded)
   loaded = [r for r in loaded if r.attention != "identity"]
   labels = _labels(loaded)
-  order = sorted(loaded, key=lambda r: favor.KERNELS.index(kernel_of(r)))
+  order = sorted(loaded, key=lambda r: (favor.KERNELS.index(kernel_of(r)), not renormalized(r)))
   check_figure_path(out_path)
   fig, (ax, zoom) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained",
                                  gridspec_kw={"width_ratios": (3, 2)})
   drawn, handles, finals = _kernel_curves(ax, zoom, order, labels)
-  for kernel in dict.fromkeys(map(kernel_of, order)):
-    group = [r for r in order if kernel_of(r) == kernel]
+  for kernel, on in dict.fromkeys(map(_row, order)):
+    group = [r for r in order if _row(r) == (kernel, on)]
     steps, values = seed_curves(group, "valid", "accuracy")
     seed_band(zoom, steps, values, favor.kernel(kernel).colour, alpha=0.15)
   for run in controls:
@@ -154,8 +165,8 @@ def render(run_dirs, out_path):
   ax.set_yscale("log")
   ax.set_xlabel("step")
   ax.set_ylabel("accuracy (%)")
-  ax.set_title(f"{SCORED[direction]}; validation solid, train dashed; x: stopped by a NaN",
-               fontsize=10)
+  ax.set_title(f"{SCORED[direction]}; validation solid (dotted, squares: without D^-1), train "
+               "dashed; x: stopped by a NaN", fontsize=10)
   ax.grid(True, which="both", alpha=0.3)
   handles += [Line2D([], [], color="0.3", linestyle="--", label="train"),
               Line2D([], [], color="0.3", linestyle="-", marker="o", markersize=4,
@@ -176,31 +187,34 @@ def render(run_dirs, out_path):
 
 
 def _kernel_curves(ax, zoom, order, labels):
-  """Each run's train and valid accuracy (the first run of a kernel bold, its seeds lighter), its
-  valid curve on the zoom too; returns (curves drawn, legend handles, final valid accuracies)."""
+  """Each run's train and valid accuracy (the first run of a row bold, its seeds lighter; without
+  D^-1 dotted with squares), its valid curve on the zoom too; returns (curves drawn, legend
+  handles, final valid accuracies)."""
   drawn, handles, seen, finals = 0, [], [], []
   for run in order:
     colour = favor.kernel(kernel_of(run)).colour
     label, ends = labels[run.path], []
-    width, alpha = (1.8, 1.0) if kernel_of(run) not in seen else (1.0, 0.55)
-    seen.append(kernel_of(run))
+    width, alpha = (1.8, 1.0) if _row(run) not in seen else (1.0, 0.55)
+    seen.append(_row(run))
+    valid_style, marker = ("-", "o") if renormalized(run) else (":", "s")
     for split, style in STYLES.items():
       steps, values = loggable(*curve(run, split, "accuracy"))
       if not steps:
         continue
       valid = split == "valid"
-      ax.plot(steps, values, color=colour, linestyle=style, linewidth=width if valid else 0.9,
-              alpha=alpha if valid else 0.6 * alpha, marker="o" if valid else None,
-              markersize=2 * width, label=f"{label} {split}")
+      ax.plot(steps, values, color=colour, linestyle=valid_style if valid else style,
+              linewidth=width if valid else 0.9, alpha=alpha if valid else 0.6 * alpha,
+              marker=marker if valid else None, markersize=2 * width, label=f"{label} {split}")
       drawn += 1
       ends.append((steps[-1], valid, values[-1]))
       if valid:
-        zoom.plot(steps, values, color=colour, linewidth=width, alpha=alpha, marker="o",
-                  markersize=2 * width)
+        zoom.plot(steps, values, color=colour, linestyle=valid_style, linewidth=width,
+                  alpha=alpha, marker=marker, markersize=2 * width)
         finals.append(values[-1])
     # The 'x' continues the curve that got furthest (validation on a tie).
     nan = mark_divergence(ax, run, colour, max(ends)[2] if ends else None, log_x=True)
     drawn += nan is not None
-    handles.append(Line2D([], [], color=colour, linewidth=width, alpha=alpha,
-                          marker="x" if nan else None, label=label + (f": {nan}" if nan else "")))
+    handles.append(Line2D([], [], color=colour, linestyle=valid_style, linewidth=width,
+                          alpha=alpha, marker="x" if nan else marker,
+                          label=label + (f": {nan}" if nan else "")))
   return drawn, handles, finals

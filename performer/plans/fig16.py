@@ -1,6 +1,6 @@
-"""Fig. 16 (App. D.3): (B) generalized attention with kernel f; trig is the paper's cosine.
+"""Fig. 16 (App. D.3): (B) generalized attention with kernel f, with and without D^-1.
 
-Identity attention in the same config gives the figure's control line."""
+trig is the paper's cosine; identity attention in the same config gives the control line."""
 
 from performer.plans import fig6
 from performer.plans import job as job_lib
@@ -10,20 +10,32 @@ STUDY = "fig16"
 SUMMARY = "Fig. 16: (B) generalized attention with eight kernel functions"
 KERNELS = ("sigmoid", "exp", "relu", "abs", "gelu", "trig", "tanh", "identity")
 COMPARED, REPLICATES = ("relu", "trig"), (1, 2)  # seeds beyond 0 of the claim's kernels
+# D.3's renormalization on/off (declared 2026-12-07): the kernels whose features need no
+# stabilising constant (numerics.check_renormalize), each off and on at seeds 0-2.
+BOUNDED = ("sigmoid", "relu", "abs", "gelu", "tanh", "identity")
+UNNORMALISED = {"renormalize": False}
 
 
 def sweep():
   """Each kernel's seed 0 (its settings have no seed: the runs before the replicates keep their
-  names and fingerprints), then the replicates of COMPARED."""
-  return [*job_lib.product(kernel=KERNELS), *job_lib.product(kernel=COMPARED, seed=REPLICATES)]
+  names and fingerprints), the replicates of COMPARED, then the renormalization rows: BOUNDED
+  without D^-1 at seeds 0-2 and the seeds 1-2 with it that COMPARED lacks."""
+  return [*job_lib.product(kernel=KERNELS), *job_lib.product(kernel=COMPARED, seed=REPLICATES),
+          *({**s, **UNNORMALISED} for s in job_lib.product(kernel=BOUNDED, seed=(0, *REPLICATES))),
+          *job_lib.product(kernel=[k for k in BOUNDED if k not in COMPARED], seed=REPLICATES)]
+
+
+def _template(settings):
+  return "fig16_{kernel}" + ("_no_renorm" if settings.get("renormalize") is False else "")
 
 
 def jobs(ctx):
   budget = ctx.budget
-  out = [ctx.protein(job_lib.replicate_name("fig16_{kernel}", settings), "b_performer_kernels",
+  out = [ctx.protein(job_lib.replicate_name(_template(settings), settings), "b_performer_kernels",
                      (*short(budget.kernel_steps),
                       options(num_features=budget.num_features, redraw_every=budget.redraw_every,
-                              kernel=settings["kernel"])),
+                              kernel=settings["kernel"],
+                              **({} if settings.get("renormalize", True) else UNNORMALISED))),
                      seed=settings.get("seed", 0), study=STUDY, settings=settings)
          for settings in sweep()]
   # The control line: identity attention in the same config and steps (not a claim's model).

@@ -103,6 +103,34 @@ def test_kernels_control_line_and_seed_band(tmp_path, monkeypatch, make_run):
   assert (ys.min(), ys.max()) == pytest.approx((10.0, 20.0))
 
 
+def test_kernels_draw_each_kernel_without_renormalization_beside_it(tmp_path, monkeypatch,
+                                                                     make_run):
+  # App. D.3: the same kernel without D^-1 keeps its colour, dotted with squares, its own
+  # legend row and its own seed band; the run's recorded setting or its options say which.
+  later = [(100, "valid", 0.16, 16.0, 2.7), (200, "valid", 0.22, 12.5, 2.5)]
+  off = {"kernel": "relu", "renormalize": False}
+  folders = [_kernel_run(make_run, "relu", "relu", metrics=GOOD),
+             make_run("relu_off", "performer_relu", causal=False, attention_options=off,
+                      metrics=GOOD[:3] + [(200, "valid", 0.12, 14.0, 2.7)], settings=off),
+             make_run("relu_off1", "performer_relu", causal=False, attention_options=off,
+                      metrics=later, seed=1, settings={**off, "seed": 1})]
+  fig = _drawn(monkeypatch, tmp_path, "kernels", folders)
+  ax, zoom = fig.axes
+  lines = _lines(ax)
+  on, off_valid = lines["relu valid"], lines["relu without D^-1 (relu_off) valid"]
+  assert on.get_linestyle() == "-" and on.get_marker() == "o"
+  assert off_valid.get_linestyle() == ":" and off_valid.get_marker() == "s"
+  assert list(off_valid.get_ydata()) == pytest.approx([10.0, 12.0])
+  assert same_color(on.get_color(), off_valid.get_color())
+  assert lines["relu without D^-1 (relu_off) train"].get_linestyle() == "--"
+  assert [t.get_text() for t in fig.legends[0].get_texts()][:3] == [
+      "relu", "relu without D^-1 (relu_off)", "relu without D^-1 (relu_off1)"]
+  (band,) = zoom.collections  # the off row's two seeds; the on row has one
+  ys = band.get_paths()[0].vertices[:, 1]
+  assert (ys.min(), ys.max()) == pytest.approx((10.0, 22.0))
+  assert kernels.renormalized(runs.load_runs([folders[0]])[0])
+
+
 def test_kernels_names_repeated_kernels_by_folder_and_refuses_what_it_cannot_draw(
     tmp_path, monkeypatch, make_run):
   folders = [_kernel_run(make_run, "relu_a", "relu", metrics=GOOD),

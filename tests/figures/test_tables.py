@@ -323,11 +323,23 @@ def test_appendix_families_are_decided_by_the_same_rule_on_their_own_groups(tmp_
   for kernel, acc in (("trig", 0.15), ("relu", 0.31)):
     folders += _model_runs(make_run, rng, "performer_relu", False, acc, seeds=2,
                            more={"kernel": kernel})
+  # App. D.3: ReLU without D^-1, three seeds at ReLU's accuracy (the on row has two) and tanh
+  # without it far below; tanh with it was not run.
+  folders += _model_runs(make_run, rng, "performer_relu", False, 0.31, seeds=3,
+                         more={"kernel": "relu", "renormalize": False})
+  folders += _model_runs(make_run, rng, "performer_relu", False, 0.20, seeds=2,
+                         more={"kernel": "tanh", "renormalize": False})
   for attention, variant in (("performer_softmax", "positive"), ("exact", "exact")):
     folders += _model_runs(make_run, rng, attention, False, 0.30, seeds=1,
                            more={"source": "b_exact", "variant": variant})
   rows, text = _decided(tmp_path, folders)
-  assert {r["family"] for r in rows.values()} == {"fig5", "fig16"}  # no Fig. 6 model given
+  assert {r["family"] for r in rows.values()} == {"fig5", "fig16", "fig16_renormalize"}
+  off = rows["B: relu without renormalization matches with"]
+  assert off["verdict"] == "reproduced" and off["seeds"] == "3/2"
+  assert float(off["delta (pp)"]) == pytest.approx(2, abs=0.1)  # a tenth of exact's 20 pp
+  assert rows["B: tanh without renormalization matches with"]["why"] == (
+      '(B) Performer-ReLU {"kernel": "tanh"} not run')
+  assert rows["B: sigmoid without renormalization matches with"]["verdict"] == "not tested"
   assert rows["B: cosine kernel worse than ReLU"]["verdict"] == "reproduced"
   assert rows["B: cosine kernel worse than ReLU"]["seeds"] == "2/2"
   assert float(rows["B: cosine kernel worse than ReLU"]["difference (pp)"]) == pytest.approx(

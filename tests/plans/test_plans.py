@@ -6,10 +6,12 @@ import os
 
 import pytest
 
-from performer import configurables, plans
+from performer import configurables, favor, plans
 from performer.errors import UserError
+from performer.figures import claims
 from performer.plans import fig5 as fig5_plan
 from performer.plans import fig6 as fig6_plan
+from performer.plans import fig16
 from performer.plans import job as job_lib
 from performer.plans import recall as recall_plan
 from testlib import ROOT
@@ -77,7 +79,9 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
   fig5 = [f"fig5_{d}_{v}" for d, vs in fig5_plan.PROTEIN.items() for v in vs]
   added = {n for n in fig6 if n not in recorded} | {"fig15_redraw_f3", "fig15_no_redraw_f3"} | {
       f"{name}_seed{s}" for name in ("fig16_relu", "fig16_trig", *fig5) for s in (1, 2)} | {
-      "fig7_identity", "fig16_control"}  # the control lines of Fig. 7 and 16
+      "fig7_identity", "fig16_control"} | {  # the control lines of Fig. 7 and 16
+      f"fig16_{k}{tail}" for k in fig16.BOUNDED for tail in (  # D.3's renormalization on/off
+          "_no_renorm", "_no_renorm_seed1", "_no_renorm_seed2", "_seed1", "_seed2")}
   for control, like in (("fig7_identity", "fig7_performer_relu"), ("fig16_control", "fig16_relu")):
     configurables.parse(list(trains[control].gin), list(trains[control].bindings))
     ours = configurables.settings()
@@ -253,6 +257,22 @@ def test_fig15_and_fig16_record_their_sweep_settings(mini):
   assert jobs["fig15_no_redraw_f2"].settings == {"feature_seed": 2, "schedule": "no_redraw"}
   assert jobs["fig16_gelu"].settings == {"kernel": "gelu"}
   assert "TrainConfig.settings={'kernel': 'gelu'}" in jobs["fig16_gelu"].bindings
+  # App. D.3: each bounded kernel without D^-1 at seeds 0-2, and with it at seeds 0-2 too.
+  off = jobs["fig16_tanh_no_renorm_seed2"]
+  assert off.settings == {"kernel": "tanh", "seed": 2, "renormalize": False}
+  assert "TrainConfig.seed=2" in off.bindings
+  assert ("ModelConfig.attention_options={'num_features': 64, 'redraw_every': 100, 'kernel': "
+          "'tanh', 'renormalize': False}") in off.bindings
+  trains = {n for n, j in jobs.items() if n.startswith("fig16_") and j.kind == "train"}
+  for kernel in fig16.BOUNDED:
+    for seed in ("", "_seed1", "_seed2"):
+      assert {f"fig16_{kernel}{seed}", f"fig16_{kernel}_no_renorm{seed}"} <= trains
+  assert not any(n.startswith(("fig16_exp_no", "fig16_trig_no")) for n in trains)
+  # The declared claims name exactly these kernels, each of which the layer accepts unnormalised.
+  declared = [c.a[1]["kernel"] for c in claims.CLAIMS if c.family == "fig16_renormalize"]
+  assert tuple(declared) == fig16.BOUNDED
+  for kernel in fig16.BOUNDED:
+    favor.numerics.check_renormalize(kernel, False)
 
 
 def test_a_given_dataset_replaces_the_data_jobs(tmp_path):
