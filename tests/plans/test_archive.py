@@ -1,6 +1,7 @@
 """Archives: a run's compact outputs copied out to commit, and restored into a fresh runs folder."""
 
 import glob
+import json
 import os
 
 import pytest
@@ -220,7 +221,7 @@ def test_archiving_the_current_folder_names_the_archive_after_it(tmp_path, monke
 def test_every_job_that_writes_into_a_run_folder_has_its_stamp_archived():
   """The committed results' plan (with its recall row probes): a job that writes into a run's
   folder and whose stamp the archive did not keep would be redone on a restored run."""
-  plan = plans.build(plans.context("mini", runs="/runs"))
+  plan = plans.build(plans.context("mini", runs="/runs", results=os.path.join(ROOT, "results")))
   trains = {j.workdir: j.name for j in plan if j.kind == "train"}
   writers = [(j.name, trains[os.path.dirname(o)]) for j in plan for o in j.outputs
              if os.path.dirname(o) in trains and j.kind != "train"]
@@ -297,3 +298,22 @@ def test_status_and_dry_runs_show_what_a_run_would_restore_and_copy_nothing(tmp_
   assert local_lines[1:] and not [line for line in local_lines if "u_identity" in line]
   assert [line.split()[-1] for line in slurm_lines] == ["swissprot", "pfam_labels", "proteins"]
   assert not fresh.exists()  # nothing restored, no folder made
+
+
+def test_every_committed_archive_is_restorable_by_todays_plan(tmp_path):
+  # An option added to a backend without configurables.LATER_OPTIONS changes the fingerprint
+  # of every run that resolves it, and a reproduction would train them all again: span and
+  # renormalize once did (248 of 329 archives). Each archived stamp must carry its job's
+  # fingerprint in the mini plan, the one the archives come from.
+  ctx = plans.context("mini", runs=str(tmp_path / "runs"),
+                      results=os.path.join(ROOT, "results"))
+  plan = plans.resolve(ctx, plans.build(ctx))
+  archived = sorted(glob.glob(os.path.join(ROOT, "results", "runs", "*", "stamps", "*.json")))
+  assert len(archived) > 600
+  stale = [os.path.relpath(p, ROOT) for p in archived
+           if json.load(open(p)).get("fingerprint") != plan.fingerprints.get(
+               os.path.basename(p)[:-len(".json")])]
+  assert not stale, f"{len(stale)} archived stamps do not match the plan, e.g. {stale[:3]}"
+  # so a reproduction restores every archived run rather than training it again
+  runs = {os.path.basename(os.path.dirname(os.path.dirname(p))) for p in archived}
+  assert {job.name for job, *_ in archive.restorable(plan)} == runs
