@@ -1,6 +1,6 @@
 """Fig. 16 (App. D.3): generalized-attention kernels on TrEMBL, accuracy against step, log-log.
 
-Reads Performer run folders (per kernel, with and without D^-1); identity attention is the control."""
+Reads Performer runs (each kernel with and without D^-1); identity attention is the control."""
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D

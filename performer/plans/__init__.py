@@ -7,14 +7,14 @@ import difflib
 import os
 
 from performer.errors import UserError
-from performer.plans import (data, fig5, fig6, fig7, fig15, fig16, listops, probes, recall,
-                             recall_conv, recall_kv)
+from performer.plans import (data, fig5, fig6, fig7, fig15, fig16, fig17, listops, probes,
+                             recall, recall_conv, recall_kv)
 from performer.plans.budgets import BUDGETS
 from performer.plans.context import Context
 from performer.plans.job import Job, fingerprint
 
 STUDIES = {m.STUDY: m for m in (fig6, fig5, fig7, fig15, fig16, probes, recall, recall_conv,
-                                 recall_kv, listops)}
+                                 recall_kv, listops, fig17)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,7 +137,7 @@ def test_every_figure_module_is_found_by_its_declarations():
     assert loaded.NAME == name and callable(loaded.render)
     assert (name in figures.RUNS) == (getattr(loaded, "READS", None) == "runs")
     assert (name in figures.RUNS) != (name in figures.INPUTS), name  # runs or one input
-  assert len(figures.FIGURES) == 20
+  assert len(figures.FIGURES) == 21
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs Linux /proc")

@@ -11,7 +11,7 @@ from performer.errors import UserError
 from performer.figures import claims
 from performer.plans import fig5 as fig5_plan
 from performer.plans import fig6 as fig6_plan
-from performer.plans import fig16
+from performer.plans import fig16, fig17
 from performer.plans import job as job_lib
 from performer.plans import recall as recall_plan
 from testlib import ROOT
@@ -60,10 +60,11 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
   monkeypatch.chdir(ROOT)
   monkeypatch.setattr("performer.data.samples.fetch", lambda name: f"/sample/{name}")
   ctx = plans.context(budget, results=str(tmp_path))  # not results/: its gate file is real
-  # The recall studies (issues 23, 40, 58) and ListOps (59) are new: no script counterpart.
+  # The recall studies (issues 23, 40, 58), ListOps and Fig. 17 (59) are new: no script
+  # counterpart.
   trains = {j.name: j for j in plans.build(ctx)
             if j.kind == "train" and j.study not in ("recall", "recall_conv", "recall_kv",
-                                                      "listops")}
+                                                      "listops", "fig17")}
   # Since (issue 22): the identity controls and three replicate seeds. At mini and paper only
   # the gate's models (identity, exact) have them at first, the others' later seeds wait for
   # the gate (test below), so the script's second seed of the (U) Performer-ReLU is not in the
@@ -81,7 +82,8 @@ def test_each_budget_trains_exactly_the_runs_of_the_old_script(budget, monkeypat
       f"{name}_seed{s}" for name in ("fig16_relu", "fig16_trig", *fig5) for s in (1, 2)} | {
       "fig7_identity", "fig16_control"} | {  # the control lines of Fig. 7 and 16
       f"fig16_{k}{tail}" for k in fig16.BOUNDED for tail in (  # D.3's renormalization on/off
-          "_no_renorm", "_no_renorm_seed1", "_no_renorm_seed2", "_seed1", "_seed2")}
+          "_no_renorm", "_no_renorm_seed1", "_no_renorm_seed2", "_seed1", "_seed2")} | {
+      "fig16_exp_seed1", "fig16_exp_seed2"}  # Fig. 17 ranks every kernel at seeds 0-2
   for control, like in (("fig7_identity", "fig7_performer_relu"), ("fig16_control", "fig16_relu")):
     configurables.parse(list(trains[control].gin), list(trains[control].bindings))
     ours = configurables.settings()
@@ -226,7 +228,8 @@ def test_recall_tunes_each_rows_rate_on_valid_then_trains_the_replicates_at_it(m
 def test_fingerprints_do_not_depend_on_where_the_runs_and_the_checkout_are(tmp_path, monkeypatch):
   here = plans.context("mini", runs=str(tmp_path / "a"), results=str(tmp_path / "ra"))
   base = plans.resolve(here, plans.build(here)).fingerprints
-  monkeypatch.chdir(tmp_path)  # the data folders follow the working folder
+  (tmp_path / "elsewhere").mkdir()
+  monkeypatch.chdir(tmp_path / "elsewhere")  # the data folders follow the working folder
   there = plans.context("mini", runs=str(tmp_path / "b"), results=str(tmp_path / "rb"))
   assert there.data != here.data
   assert plans.resolve(there, plans.build(there)).fingerprints == base
@@ -273,6 +276,19 @@ def test_fig15_and_fig16_record_their_sweep_settings(mini):
   assert tuple(declared) == fig16.BOUNDED
   for kernel in fig16.BOUNDED:
     favor.numerics.check_renormalize(kernel, False)
+
+  # Fig. 17: every kernel at seeds 0-2 at 4x the batch of its Fig. 16 twin, the same steps; the
+  # ranking reads both.
+  large, small = jobs["fig17_exp_seed2"], jobs["fig16_exp_seed2"]
+  assert large.settings == {"kernel": "exp", "seed": 2, "batch_factor": 4}
+  assert fig17.base_batch(large) == 4 * fig17.base_batch(small)
+  configurables.parse(list(large.gin), list(large.bindings))
+  steps = configurables.settings()["train"]["steps"]
+  configurables.parse(list(small.gin), list(small.bindings))
+  assert configurables.settings()["train"]["steps"] == steps
+  ranking = jobs["fig17_ranking"].command
+  assert ranking[2] == "kernel-ranking" and sum("/runs/fig16_" in a for a in ranking) == 24
+  assert sum("/runs/fig17_" in a for a in ranking) == 24
 
 
 def test_a_given_dataset_replaces_the_data_jobs(tmp_path):
