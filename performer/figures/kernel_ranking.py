@@ -150,11 +150,7 @@ def _pairs(reps, alpha):
   flips."""
   pairs = list(itertools.combinations(reps, 2))
   evidence = [[verdicts.estimate(reps[a][j], reps[b][j]) for a, b in pairs] for j in (0, 1)]
-  adjusted = []
-  for j in (0, 1):
-    p = [2 * stats.t(e.df).sf(abs(e.diff) / e.se) if e.se > 0 and e.df == e.df else
-         (0.0 if e.diff else 1.0) if e.se == 0 else 1.0 for e in evidence[j]]
-    adjusted.append(verdicts.holm(p))
+  adjusted = [verdicts.holm([_two_sided_p(e) for e in evidence[j]]) for j in (0, 1)]
   out = []
   for i, (a, b) in enumerate(pairs):
     diffs = [evidence[j][i].diff for j in (0, 1)]
@@ -164,6 +160,16 @@ def _pairs(reps, alpha):
                 "holm_p": [float(adjusted[j][i]) for j in (0, 1)], "ordered": ordered,
                 "flips": bool(all(ordered) and np.sign(diffs[0]) != np.sign(diffs[1]))})
   return out
+
+
+def _two_sided_p(evidence):
+  """The p-value of a nonzero difference: a t test on the seeds and test set; 1 without a seed
+  interval (one seed), and exact (0 or 1) when the replicates agree exactly."""
+  if evidence.se == 0:
+    return float(evidence.diff == 0)
+  if not evidence.se > 0 or evidence.df != evidence.df:
+    return 1.0
+  return float(2 * stats.t(evidence.df).sf(abs(evidence.diff) / evidence.se))
 
 
 def _write(out_path, decision, excluded):
