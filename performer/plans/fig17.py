@@ -3,6 +3,7 @@
 Its table ranks the kernels at both batches and decides how far the ranking moves."""
 
 from performer import configurables
+from performer.errors import UserError
 from performer.plans import fig16
 from performer.plans import job as job_lib
 
@@ -15,9 +16,13 @@ SEEDS = (0, 1, 2)  # the rule's floor, as Fig. 16's rows it is ranked against
 
 
 def base_batch(job):
-  """DataConfig.batch_size that a train job resolves to (its gin files and bindings)."""
-  configurables.parse(list(job.gin), list(job.bindings))
-  return configurables.settings()["data"]["batch_size"]
+  """DataConfig.batch_size that a train job resolves to (its gin files and bindings), or None
+  for a configuration that does not resolve: plans.resolve then names the job and the error."""
+  try:
+    configurables.parse(list(job.gin), list(job.bindings))
+    return configurables.settings()["data"]["batch_size"]
+  except UserError:
+    return None
 
 
 def sweep():
@@ -30,10 +35,10 @@ def _fig16_name(settings):
 
 
 def jobs(ctx):
-  batch = BATCH_FACTOR * base_batch(fig16.train(ctx, "fig16_relu", {"kernel": "relu"}))
+  batch = base_batch(fig16.train(ctx, "fig16_relu", {"kernel": "relu"}))
+  larger = (f"DataConfig.batch_size={BATCH_FACTOR * batch}",) if batch else ()
   trains = [fig16.train(ctx, job_lib.replicate_name("fig17_{kernel}", s),
-                        {**s, "batch_factor": BATCH_FACTOR}, (f"DataConfig.batch_size={batch}",),
-                        study=STUDY)
+                        {**s, "batch_factor": BATCH_FACTOR}, larger, study=STUDY)
             for s in sweep()]
   out = list(trains)
   out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
