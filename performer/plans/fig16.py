@@ -30,8 +30,10 @@ def sweep():
           *job_lib.product(kernel=RANKED_ONLY, seed=REPLICATES)]
 
 
-def _template(settings):
-  return "fig16_{kernel}" + ("_no_renorm" if settings.get("renormalize") is False else "")
+def name(settings):
+  """The run name of a sweep setting: fig16_<kernel>[_no_renorm][_seed<s>]."""
+  template = "fig16_{kernel}" + ("_no_renorm" if settings.get("renormalize") is False else "")
+  return job_lib.replicate_name(template, settings)
 
 
 def train(ctx, name, settings, bindings=(), *, study=STUDY):
@@ -49,8 +51,7 @@ def train(ctx, name, settings, bindings=(), *, study=STUDY):
 
 def jobs(ctx):
   budget = ctx.budget
-  out = [train(ctx, job_lib.replicate_name(_template(settings), settings), settings)
-         for settings in sweep()]
+  out = [train(ctx, name(settings), settings) for settings in sweep()]
   # The control line: identity attention in the same config and steps (not a claim's model).
   control = ctx.protein("fig16_control", "b_performer_kernels",
                         (*short(budget.kernel_steps), "ModelConfig.attention='identity'",

@@ -30,10 +30,6 @@ def sweep():
   return job_lib.product(kernel=fig16.KERNELS, seed=SEEDS)
 
 
-def _fig16_name(settings):
-  return job_lib.replicate_name("fig16_{kernel}", settings)
-
-
 def jobs(ctx):
   batch = base_batch(fig16.train(ctx, "fig16_relu", {"kernel": "relu"}))
   larger = (f"DataConfig.batch_size={BATCH_FACTOR * batch}",) if batch else ()
@@ -42,12 +38,12 @@ def jobs(ctx):
             for s in sweep()]
   out = list(trains)
   out += [j for t in trains for j in ctx.evaluated(t, ("test",), study=STUDY)]
-  large, small = list(map(ctx.archived, trains)), [ctx.archived(_fig16_name(s)) for s in sweep()]
+  large, small = list(map(ctx.archived, trains)), [ctx.archived(fig16.name(s)) for s in sweep()]
   needs = [f"{j.name}_archive" for j in trains]
   out.append(ctx.figure("fig17_kernels", ("kernels", "--runs", *large), "fig17_kernels.png",
                         needs=needs, study=STUDY))
   out.append(ctx.figure("fig17_ranking", ("kernel-ranking", "--runs", *small, *large),
                         "fig17_ranking.md",
-                        needs=[*(f"{_fig16_name(s)}_archive" for s in sweep()), *needs],
+                        needs=[*(f"{fig16.name(s)}_archive" for s in sweep()), *needs],
                         study=STUDY))
   return out
