@@ -115,7 +115,7 @@ def _check_data_fields_unbound():
 # that those runs (and their archives) still match; any other default is fingerprinted resolved.
 # A new option of any backend goes here (tests/plans/test_archive.py checks every committed
 # archive against the plan).
-LATER_OPTIONS = ("feature_dim", "batch_tokens", "span", "renormalize")
+LATER_OPTIONS = ("feature_dim", "batch_tokens", "span", "renormalize", "fused")
 
 
 # `include 'gin/...'` resolves from the repository root as well as the working folder.

@@ -54,8 +54,10 @@ if [ "$tiny" = 0 ]; then
   # which a sweep starts nothing new) fit the whole script into about 9 minutes (511 s in the
   # second run, before the depth sweep's 45 s); the targets are the CPU's: here only their plan is written.
   config=regular repeats=5 cap=60 jobs=4 steps=200
-  share_bf16=80 share_f32=30 share_blocks=25 share_chunks=50 share_model=75 share_targets=0
+  share_bf16=60 share_f32=30 share_blocks=25 share_chunks=30 share_model=50 share_targets=0
   layers=1,2,4,8,12,16,20 layers_len=8192 share_layers=45
+  lengths_fused=1024,4096,16384,65536,262144 model_fused=8192 share_fused=60 share_fused_model=30
+  fused_tests=test_  # all
 else
   export JAX_PLATFORMS=cpu
   out=${OUT:-runs/gpu_check_tiny} tag=tiny platform=cpu
@@ -63,6 +65,8 @@ else
   config=small repeats=1 cap=60 jobs=2 steps=20
   share_bf16=900 share_f32=900 share_blocks=900 share_chunks=900 share_model=900 share_targets=0
   layers=1,2 layers_len=16 share_layers=900
+  lengths_fused=16 model_fused=16 share_fused=900 share_fused_model=900
+  fused_tests=oracle  # interpret mode is slow: the causal kernel against the per-token oracle
 fi
 performer="$python -m performer.cli"
 data=${DATA:-runs/data/trembl-sample}
@@ -75,7 +79,7 @@ step() {  # step NAME COMMAND...: runs it, and on failure says so and goes on
   echo "== $1 ($(( $(date +%s) - start )) s)"
   local name=$1
   shift
-  "$@" || { echo "step failed: $name" >&2; failed+=("$name"); }
+  "$@" || { echo "step failed: $name" >&2; failed+=("$name"); return 1; }
 }
 
 sweep() {  # sweep NAME SHARE ARGS...: one `performer speed` run into $out/speed_NAME_$tag.json
@@ -107,6 +111,18 @@ sweep model_bfloat16 "$share_model" --config "$config" --dtype bfloat16 \
 sweep layers_bfloat16 "$share_layers" --config "$config" --dtype bfloat16 \
     --attention performer_softmax,exact_dot_product,identity --mode fwdbwd \
     --seq-lens "$layers_len" --layers "$layers"
+# The fused Pallas kernels (favor/fused.py) beside the XLA forms and cuDNN flash, the layer in
+# both directions and the model: first their tests on this device (tiny: interpret mode on the
+# CPU), and no timing of kernels that disagree with the references.
+if step "fused kernel tests" timeout 300 "$python" -m pytest -q -x -p no:cacheprovider \
+    tests/favor/test_fused.py -k "$fused_tests"; then
+  sweep fused_bfloat16 "$share_fused" --layer-only --config "$config" --dtype bfloat16 \
+      --attention performer_softmax,exact_dot_product --mode fwdbwd --seq-lens "$lengths_fused" \
+      --fused on,off
+  sweep fused_model_bfloat16 "$share_fused_model" --config "$config" --dtype bfloat16 \
+      --attention performer_softmax,exact_dot_product --mode fwdbwd --seq-lens "$model_fused" \
+      --fused on,off
+fi
 # The target ratios (tiny: the plan only, every row skipped).
 sweep targets "$share_targets" --targets
 # A mini training run's throughput (the quick start's model), the loop against its compiled step.
@@ -120,7 +136,7 @@ step throughput $performer throughput --gin gin/mini/trembl_u_performer_relu.gin
 [ "$tiny" = 0 ] && step "favor tests" timeout 90 "$python" -m pytest -q -x -p no:cacheprovider \
     tests/favor/test_attention.py -k "oracle or future or large_norm or loop or gradients"
 for name in speed_layer_bfloat16 speed_layer_float32 speed_blocks_bfloat16 speed_chunks_bfloat16 \
-    speed_model_bfloat16; do
+    speed_model_bfloat16 speed_fused_bfloat16 speed_fused_model_bfloat16; do
   [ -e "$out/${name}_${tag}.json" ] && step "figure $name" $performer figure speed \
       --input "$out/${name}_${tag}.json" --out "$out/${name}_${tag}.png"
 done

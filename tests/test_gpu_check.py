@@ -22,7 +22,9 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
               "speed_layer_float32": {"exact", "performer_softmax"},
               "speed_blocks_bfloat16": {"performer_softmax"},
               "speed_chunks_bfloat16": {"performer_softmax"},
-              "speed_model_bfloat16": {"exact_dot_product", "performer_softmax", "identity"}}
+              "speed_model_bfloat16": {"exact_dot_product", "performer_softmax", "identity"},
+              "speed_fused_bfloat16": {"exact_dot_product", "performer_softmax"},
+              "speed_fused_model_bfloat16": {"exact_dot_product", "performer_softmax"}}
   for name, attentions in expected.items():
     record = json.loads((out / f"{name}_tiny.json").read_text())
     rows = record["rows"]
@@ -43,6 +45,11 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
       ("causal", c, s) for c in (8, 16) for s in (16, 32)]
   cpu = favor.form("cpu")._asdict()  # the form the CPU runs with, as the rows record it
   assert all(r["form"] == cpu for r in blocks + chunks), [r["form"] for r in blocks + chunks]
+  for name in ("speed_fused_bfloat16", "speed_fused_model_bfloat16"):  # the kernels and XLA's
+    rows = json.loads((out / f"{name}_tiny.json").read_text())["rows"]
+    assert sorted((r["direction"], r["fused"]) for r in rows if r["fused"] is not None) == [
+        (d, f) for d in ("bidirectional", "causal") for f in (False, True)]
+  assert "== fused kernel tests" in done.stdout
   targets = json.loads((out / "speed_targets_tiny.json").read_text())
   assert {r["status"] for r in targets["rows"]} == {"skipped"}  # tiny: the plan only
   throughput = json.loads((out / "throughput_tiny.json").read_text())

@@ -26,7 +26,8 @@ class PerformerAttention(nnx.Module):
   and redraw_every are unused). feature_dim: q and k first pass through a
   learned map to feature_dim dimensions (Based's feature_dim; None: none).
   chunk_size, span, batch_tokens: FAVOR's block lengths (favor.favor_attention;
-  None: the platform's, favor.form()). renormalize: False drops D^-1 (App. D.3;
+  None: the platform's, favor.form()). fused: the fused Pallas kernels (True),
+  the XLA forms (False) or the platform's choice (None). renormalize: False drops D^-1 (App. D.3;
   generalized kernels only).
   """
 
@@ -35,7 +36,7 @@ class PerformerAttention(nnx.Module):
   def __init__(self, *, head_dim, num_heads=1, layer=0, kernel=None, num_features=256,
                projection="orthogonal", scaling="chi", redraw_every=1, seed=0,
                kernel_epsilon=None, chunk_size=None, span=None, batch_tokens=None,
-               features="random", feature_dim=None, renormalize=True, rngs=None):
+               features="random", feature_dim=None, renormalize=True, fused=None, rngs=None):
     kernel = kernel or self.default_kernel
     kernel_epsilon = self.default_kernel_epsilon if kernel_epsilon is None else kernel_epsilon
     if kernel not in favor.KERNELS:
@@ -53,6 +54,7 @@ class PerformerAttention(nnx.Module):
     self.kernel, self.kernel_epsilon = kernel, kernel_epsilon
     # None: the platform's (favor.form())
     self.chunk_size, self.span, self.batch_tokens = chunk_size, span, batch_tokens
+    self.fused = fused
     # Based's feature_dim: q and k pass through a learned d -> feature_dim map (shared by the
     # heads) before the feature map, which keeps Taylor's 1 + r + r^2 features affordable.
     self.qk_map = (nnx.Linear(head_dim, feature_dim, use_bias=False, rngs=rngs)
@@ -128,7 +130,7 @@ class PerformerAttention(nnx.Module):
                                 mask=mask, chunk_size=self.chunk_size, span=self.span,
                                 batch_tokens=self.batch_tokens,
                                 kernel_epsilon=self.kernel_epsilon, statistics=statistics,
-                                renormalize=self.renormalize)
+                                renormalize=self.renormalize, fused=self.fused)
     if statistics is not None and not self.use_running_average:
       self._record(q, k, mask)  # after use: a batch never sees its own statistics
     return out

@@ -53,6 +53,13 @@ OUT = "runs/speed.json"  # scripts/speed.sh writes results/
 FIGURE = "speed"
 
 
+def _on_off(word):
+  """--fused's words: on (True), off (False); ValueError for another."""
+  if word not in ("on", "off"):
+    raise ValueError(word)
+  return word == "on"
+
+
 def figure_of(cfg):
   """A --layers sweep is drawn against depth (Figs. 18-19), any other against L."""
   return "speed-layers" if cfg.num_layers != (None,) else FIGURE
@@ -122,6 +129,11 @@ class SpeedConfig:
       (None,), "Performer batch groups to compare: sequences of at most this length are read "
       "a group of at most this many tokens per loop step (0: the whole batch at once)",
       parse=lambda text: split(text, int), shown="the platform's (favor.form())")
+  fused: tuple[bool | None, ...] = flag(
+      (None,), "Performer forms to compare: on (the fused Pallas kernels, favor/fused.py; "
+      "interpret mode off the GPU) and/or off (the XLA forms)",
+      parse=lambda text: split(text, _on_off),
+      shown="the platform's (favor.form())")
   targets: bool = flag(False, "run only the measurements behind the target ratios (about "
                               "20 minutes on 2 CPU cores; with the peers extra installed, also "
                               "performer-pytorch's); ignores the selection flags")
@@ -199,8 +211,10 @@ class SpeedConfig:
       raise UserError(reason)
     if self.targets:
       return  # targets_plan() ignores the selection
-    for option, flag_name, given in zip(FORM, ("--chunk-sizes", "--spans", "--batch-tokens"),
-                                        (self.chunk_sizes, self.spans, self.batch_tokens)):
+    for option, flag_name, given in zip(FORM, ("--chunk-sizes", "--spans", "--batch-tokens",
+                                               "--fused"),
+                                        (self.chunk_sizes, self.spans, self.batch_tokens,
+                                         self.fused)):
       if given != (None,) and not any(option in form_options(a) for a in self.attentions):
         takers = [a for a in backends.names() if option in form_options(a)]
         raise UserError(f"{flag_name} applies to the attentions with a {option} option "
@@ -232,10 +246,11 @@ def plan(cfg):
           chunks = cfg.chunk_sizes if "chunk_size" in takes else (None,)
           spans = cfg.spans if "span" in takes and direction == "causal" else (None,)
           groups = cfg.batch_tokens if "batch_tokens" in takes else (None,)
-          for chunk, span, group, depth in itertools.product(chunks, spans, groups,
-                                                             cfg.num_layers):
+          fused = cfg.fused if "fused" in takes else (None,)
+          for chunk, span, group, on, depth in itertools.product(chunks, spans, groups, fused,
+                                                                 cfg.num_layers):
             series.append([spec(config, attention, direction, mode, n, layer=cfg.layer,
-                                chunk_size=chunk, span=span, batch_tokens=group,
+                                chunk_size=chunk, span=span, batch_tokens=group, fused=on,
                                 dtype=cfg.dtype, num_layers=depth)
                            for n in sorted(set(cfg.seq_lens))])
           if cfg.peers and attention == "performer_softmax":

@@ -79,8 +79,9 @@ def targets_plan():
 
 
 def _default_form(row):
-  """Whether a row ran with the platform's default block, chunk, span and batch groups."""
-  return not row.get("chunk_size") and not row.get("span") and row.get("batch_tokens") is None
+  """Whether a row ran with the platform's default block, chunk, span, batch groups and form."""
+  return (not row.get("chunk_size") and not row.get("span") and row.get("batch_tokens") is None
+          and row.get("fused") is None)
 
 
 def _find(rows, **keys):

@@ -42,7 +42,7 @@ CONFIGS = {"regular": Shape(8, 6, 2048, 512), "small": Shape(1, 6, 64, 64),
 VOCAB_SIZE = 256
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 NUM_FEATURES = CONFIGS["regular"].num_features
-FORM = ("chunk_size", "span", "batch_tokens")  # FAVOR's form options (favor.Form), where taken
+FORM = ("chunk_size", "span", "batch_tokens", "fused")  # FAVOR's form options, where taken
 DIRECTIONS = ("bidirectional", "causal")
 # Harness-only attention: FAVOR+ causal by a per-token lax.scan prefix sum
 # (favor.causal_linear_attention_scan), the reference path of the causal target.
@@ -231,14 +231,15 @@ def form_options(attention):
 
 
 def spec(config, attention, direction, mode, length, *, layer, chunk_size=None, span=None,
-         batch_tokens=None, dtype="float32", num_layers=None):
+         batch_tokens=None, fused=None, dtype="float32", num_layers=None):
   """One configuration: the dict `speed_worker.measure` takes, and a row's keys (num_layers
   only when it overrides the config's: Fig. 18's sweep)."""
   takes = form_options(attention)
   out = {"config": config, "attention": attention, "direction": direction, "mode": mode,
          "L": length, "layer": layer, "chunk_size": chunk_size if "chunk_size" in takes else None,
          "span": span if "span" in takes and direction == "causal" else None,
-         "batch_tokens": batch_tokens if "batch_tokens" in takes else None, "dtype": dtype}
+         "batch_tokens": batch_tokens if "batch_tokens" in takes else None,
+         "fused": fused if "fused" in takes else None, "dtype": dtype}
   return out if num_layers is None else dict(out, num_layers=num_layers)
 
 

@@ -8,7 +8,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from performer.favor import bidirectional, blocks, exponential, features, kernels, numerics
+from performer.favor import bidirectional, blocks, exponential, features, fused as fused_lib
+from performer.favor import kernels, numerics
 from performer.favor import causal as causal_pass
 
 
@@ -24,17 +25,22 @@ class Form(NamedTuple):
   batch_bytes: by default, only a batch whose float32 features (B L H M
     values) pass this many bytes is read in groups; a smaller one stays in
     cache whole. An explicit batch_tokens groups any batch.
+  fused: the fused kernels (fused.py) instead of the XLA forms, for the kernels they compute;
+    they read blocks of `chunk` tokens in both directions.
   """
   block: int
   chunk: int
   span: int
   batch_tokens: int = 0
   batch_bytes: int = 0
+  fused: bool = False
 
 
 # By jax.default_backend(); platforms not listed take "gpu"'s. Each is the fastest form measured
 # on that platform: results/pages/speed_cpu.md, "One attention layer" (block and chunk lengths)
-# and "The targets" (batch groups); results/pages/speed_gpu.md, "Loop-free forms".
+# and "The targets" (batch groups); results/pages/speed_gpu.md, "Loop-free forms". The fused
+# kernels are chosen nowhere yet: on the CPU they run in Pallas' interpret mode (for tests), and
+# on a GPU they await the measurement scripts/gpu_check.sh makes beside the XLA forms.
 FORMS = {
     "cpu": Form(block=512, chunk=128, span=128, batch_tokens=256, batch_bytes=4 << 20),
     "gpu": Form(block=262144, chunk=64, span=65536),
@@ -48,7 +54,7 @@ def form(platform=None):
 
 def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
                     chunk_size=None, span=None, batch_tokens=None, scale=None, kernel_epsilon=0.0,
-                    statistics=None, renormalize=True):
+                    statistics=None, renormalize=True, fused=None):
   """FAVOR attention: D^-1 (Q' ((K')^T V)), Eq. (4); causal via App. B.1.
 
   Args:
@@ -83,6 +89,10 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
       attention takes them from this sequence's real tokens (queries: those
       the mask keeps when Lq == Lk, else all); causal attention refuses,
       because statistics of the sequence would let outputs see later tokens.
+    fused: True computes it with the fused Pallas kernels (fused.py; the
+      same results up to float rounding, gradients by the XLA form's
+      recomputation), False with the XLA forms; None: the platform's
+      `form()`, for the kernels the fused ones compute.
 
   Returns:
     [B, Lq, H, dv] in v's dtype (features and sums in float32). A query
@@ -95,7 +105,7 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
       floating dtype, a mask not bool, unknown kernel, missing W or W with
       m = 0 rows, chunk_size or span < 1, statistics missing for a causal
       data-dependent kernel or given for another kernel, renormalize False
-      with an exponential kernel; for concrete (not
+      with an exponential kernel, fused True with a data-dependent kernel; for concrete (not
       traced) inputs and an exponential kernel, a query or real key holding
       NaN or Inf, or whose scaled norm |x| d^(-1/4) exceeds `MAX_NORM`.
   """
@@ -121,18 +131,22 @@ def favor_attention(q, k, v, W, *, kernel="positive", causal=False, mask=None,
   if kernel in kernels.EXPONENTIAL_KERNELS and concrete:
     numerics.check_norms(q, k, mask, scale)
   lengths, length = form(), max(q.shape[1], k.shape[1])
+  if fused and not fused_lib.supports(kernel):
+    raise ValueError(f"the fused kernels do not compute the data-dependent kernel {kernel!r}")
+  fused = bool(lengths.fused and fused_lib.supports(kernel) if fused is None else fused)
   if causal:
     chunk = min(chunk_size or lengths.chunk, q.shape[1])
     block = (chunk, span or max(lengths.span, chunk))
   else:
-    block = (min(chunk_size or lengths.block, length), None)
+    block = (min(chunk_size or (lengths.chunk if fused else lengths.block), length), None)
   if batch_tokens is None:  # the platform's, for batches whose features leave the cache
     m = q.shape[3] if W is None else W.shape[0]  # generalized kernels map each of d coordinates
     whole = 4 * q.shape[0] * length * q.shape[2] * m <= lengths.batch_bytes
     batch_tokens = 0 if whole else lengths.batch_tokens
-  group = _group(q.shape[0], length, batch_tokens)
+  group = q.shape[0] if fused else _group(q.shape[0], length, batch_tokens)  # kernel: a grid
   return _favor(q, k, v, W, mask, scale, jnp.asarray(kernel_epsilon, jnp.float32), statistics,
-                kernel=kernel, causal=causal, block=block, group=group, renormalize=renormalize)
+                kernel=kernel, causal=causal, block=block, group=group, renormalize=renormalize,
+                fused=fused)
 
 
 def _group(batch, length, batch_tokens):
@@ -144,9 +158,9 @@ def _group(batch, length, batch_tokens):
 
 # Compiled once per shape and setting, so that eager calls do not retrace the scans.
 @functools.partial(jax.jit, static_argnames=("kernel", "causal", "block", "group",
-                                             "renormalize"))
+                                             "renormalize", "fused"))
 def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causal, block, group,
-           renormalize):
+           renormalize, fused):
   with jax.default_matmul_precision("float32"):  # not TF32 (a GPU's default): logs need float32
     dtype = v.dtype
     q_params = k_params = None
@@ -156,9 +170,15 @@ def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causa
         statistics = (exponential.moments(q * scale, q_mask), exponential.moments(k * scale, mask))
       q_params, k_params = (_per_sequence(side, q.shape[0], q.shape[2])
                             for side in exponential.parameters(kernel, *statistics))
-    attend = functools.partial(_favor_float32, W=W, scale=scale, kernel_epsilon=kernel_epsilon,
-                               kernel=kernel, causal=causal, block=block, renormalize=renormalize,
-                               operand_dtype=jnp.bfloat16 if dtype == jnp.bfloat16 else jnp.float32)
+    operand_dtype = jnp.bfloat16 if dtype == jnp.bfloat16 else jnp.float32
+    xla = functools.partial(_favor_float32, kernel=kernel, causal=causal, block=block,
+                            renormalize=renormalize, operand_dtype=operand_dtype)
+    if fused:  # data-independent kernels: no parameters
+      setting = fused_lib.Setting(kernel, causal, block[0], jnp.dtype(operand_dtype).name,
+                                  renormalize)
+      return fused_lib.attend(xla, setting, q, k, v, mask, W, scale,
+                              kernel_epsilon).astype(dtype)
+    attend = lambda *args: xla(*args[:4], W, scale, kernel_epsilon, *args[4:])
     args = (q, k, v, mask, q_params, k_params)
     if group < q.shape[0]:  # a loop over groups of sequences; each group's features stay in cache
       split = lambda x: x.reshape((q.shape[0] // group, group) + x.shape[1:])
@@ -169,8 +189,8 @@ def _favor(q, k, v, W, mask, scale, kernel_epsilon, statistics, *, kernel, causa
     return out.astype(dtype)
 
 
-def _favor_float32(q, k, v, mask, q_params, k_params, *, W, scale, kernel_epsilon, kernel, causal,
-                   block, operand_dtype, renormalize):
+def _favor_float32(q, k, v, mask, W, scale, kernel_epsilon, q_params=None, k_params=None, *,
+                   kernel, causal, block, operand_dtype, renormalize):
   """FAVOR of the sequences given (a batch, or a group of it): [B, Lq, H, dv] float32."""
   featurize = functools.partial(numerics.featurize, W=W, kernel=kernel, scale=scale,
                                 kernel_epsilon=kernel_epsilon)

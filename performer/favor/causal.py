@@ -32,24 +32,32 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype,
   """
   batch, length, heads, dv = v.shape
   span = min(-(-span // chunk), -(-length // chunk)) * chunk
-  size = featurize_k(blocks.heads_first(k[:, :1]))
-  m = (size.value if size.value is not None else size.log).shape[-1]
-  refs = 1 if size.log is None else size.log.shape[-1]
-  no_key = 0.0 if size.log is None else numerics.NO_KEY
-  state = (jnp.zeros((batch, heads, m, dv), jnp.float32),
-           jnp.zeros((batch, heads, m), jnp.float32), jnp.full((batch, heads, refs), no_key))
+  state = empty_state(featurize_k, k.shape[-1], batch, heads, dv)
   xs = (blocks.blocks(q, span), blocks.blocks(k, span), blocks.blocks(v, span),
         blocks.blocks(mask[:, :, None, None], span)[..., 0, 0])  # [n, B, span, ...]
-  step = functools.partial(_span, featurize_q, featurize_k, chunk, operand_dtype,
+  step = functools.partial(span_step, featurize_q, featurize_k, chunk, operand_dtype,
                            carried=span < length, renormalize=renormalize)
   if length > chunk:
     step = jax.checkpoint(step)
   return blocks.unblock(blocks.scan(step, state, xs)[1], length)
 
 
-def _span(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried,
-          renormalize=True):
+def empty_state(featurize_k, d, batch, heads, dv):
+  """The prefix state (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) before any token,
+  float32; featurize_k maps keys of d coordinates to M features. Bounded features keep c = 0."""
+  size = jax.eval_shape(featurize_k, jax.ShapeDtypeStruct((1, 1, 1, d), jnp.float32))
+  m = (size.value if size.value is not None else size.log).shape[-1]
+  refs = 1 if size.log is None else size.log.shape[-1]
+  no_key = 0.0 if size.log is None else numerics.NO_KEY
+  return (jnp.zeros((batch, heads, m, dv), jnp.float32),
+          jnp.zeros((batch, heads, m), jnp.float32),
+          jnp.full((batch, heads, refs), no_key, jnp.float32))
+
+
+def span_step(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried,
+              renormalize=True):
   """One span of n chunks, all at once: (state before, inputs) -> (state after, outputs).
+  (fused.py's kernel runs it one chunk at a time.)
 
   state: (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) against reference c;
   xs: q, k [B, T, H, d], v [B, T, H, dv], keep [B, T] with T = n C.

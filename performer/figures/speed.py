@@ -22,17 +22,19 @@ MODES = {"fwd": "forward", "fwdbwd": "forward + backward"}
 
 def _series(row, by_chunk):
   """The curve a row belongs to, as a sortable key: (attention, L or chunk size, span, batch
-  tokens; -1: the platform's)."""
+  tokens, fused; -1: the platform's)."""
   group = -1 if row.get("batch_tokens") is None else row["batch_tokens"]
+  fused = -1 if row.get("fused") is None else int(row["fused"])
   if by_chunk:
-    return row["attention"], row["L"], row.get("span") or 0, group
-  return row["attention"], row.get("chunk_size") or 0, row.get("span") or 0, group
+    return row["attention"], row["L"], row.get("span") or 0, group, fused
+  return row["attention"], row.get("chunk_size") or 0, row.get("span") or 0, group, fused
 
 
 def _label(key, by_chunk):
-  attention, number, span, group = key
+  attention, number, span, group, fused = key
   name = "identity (OPT)" if attention == "identity" else attention
-  span = (f", span {span}" if span else "") + (f", batch tokens {group}" if group >= 0 else "")
+  span = ((f", span {span}" if span else "") + (f", batch tokens {group}" if group >= 0 else "")
+          + ("" if fused < 0 else ", fused kernel" if fused else ", XLA form"))
   if by_chunk:
     return f"{name}, L={number}{span}"
   return name + (f", chunk {number}" if number else "") + span

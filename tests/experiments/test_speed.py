@@ -454,3 +454,19 @@ def test_form_options_come_from_the_registry():
       "num_features": speed_worker.CONFIGS["small"].num_features, "chunk_size": 8,
       "batch_tokens": 64}
   assert speed_worker.form_options("exact") == speed_worker.form_options(speed.SCAN) == ()
+
+
+def test_fused_flag_times_both_forms_of_the_performers_only(tmp_path):
+  cfg = speed.SpeedConfig(configs=("small",), attentions=("performer_softmax", "exact"),
+                          directions=("causal",), modes=("fwd",), seq_lens=(16,), layer=True,
+                          repeats=1, fused=(True, False))
+  rows = speed.run(cfg, progress=False, log=lambda s: None).rows
+  assert [(r["attention"], r["fused"], r["status"]) for r in rows] == [
+      ("performer_softmax", True, "ok"), ("performer_softmax", False, "ok"), ("exact", None, "ok")]
+  assert not any(speed_targets._default_form(r) for r in rows[:2])  # pylint: disable=protected-access
+  bad = subprocess.run([sys.executable, "-m", "performer.cli", "speed", "--fused", "yes"],
+                       capture_output=True, text=True, env=ENV)
+  assert bad.returncode == 2 and "--fused" in bad.stderr and "Traceback" not in bad.stderr
+  only_exact = subprocess.run([sys.executable, "-m", "performer.cli", "speed", "--attention",
+                               "exact", "--fused", "on"], capture_output=True, text=True, env=ENV)
+  assert only_exact.returncode != 0 and "--fused applies to" in only_exact.stderr
