@@ -62,7 +62,7 @@ else
   export JAX_PLATFORMS=cpu
   out=${OUT:-runs/gpu_check_tiny} tag=tiny platform=cpu
   lengths_layer=16,32 lengths_model=16 blocks=8,16 blocks_len=32 chunks=8,16 spans=16,32 chunks_len=32
-  config=small repeats=1 cap=60 jobs=2 steps=20
+  config=small repeats=1 cap=240 jobs=2 steps=20  # cap: a loaded CI machine compiles slowly
   share_bf16=900 share_f32=900 share_blocks=900 share_chunks=900 share_model=900 share_targets=0
   layers=1,2 layers_len=16 share_layers=900
   lengths_fused=16 model_fused=16 share_fused=900 share_fused_model=900
