@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from performer.favor import bidirectional, causal as causal_pass, kernels, numerics
 
@@ -80,6 +81,7 @@ def _pallas(setting, q, k, v, mask, W, scale, kernel_epsilon):
       out_specs=one((n_q * size, dv)),
       out_shape=jax.ShapeDtypeStruct((batch * heads, n_q * size, dv), jnp.float32),
       interpret=jax.default_backend() != "gpu",
+      compiler_params=pltriton.CompilerParams(),  # Triton, not Mosaic GPU: whole rows per program
   )(rows(q, n_q), rows(k, n_k), rows(v, n_k), keep, w, scalars)
   return jnp.swapaxes(out[:, :lq].reshape(batch, heads, lq, dv), 1, 2)
 

@@ -2,6 +2,9 @@
 each platform's choice of form is explicit."""
 
 import functools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +14,7 @@ import pytest
 import test_attention as xla_tests
 import test_generalized_kernels as generalized_tests
 from performer import favor
+from testlib import ROOT
 
 
 @pytest.fixture(autouse=True, name="fused_form")
@@ -122,3 +126,13 @@ def test_gradients_flow_to_q_k_v_and_not_through_the_mask():
                        jax.grad(loss(False), argnums=(0, 1, 2))(q, k, v)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   assert not np.asarray(jax.grad(loss(True), argnums=1)(q, k, v))[:, -5:].any()
+
+
+def test_the_lowering_probe_reports_each_direction_for_cuda():
+  # scripts/fused_lowering.py: whether the kernels lower for an NVIDIA GPU, asked on this CPU.
+  done = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fused_lowering.py"),
+                         "256"], capture_output=True, text=True, check=False,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  lines = done.stdout.strip().splitlines()
+  assert [l.split(":")[0] for l in lines] == ["bidirectional", "causal"], done.stderr[-500:]
+  assert done.returncode == (0 if all(l.endswith("lowers for cuda") for l in lines) else 1)
