@@ -273,11 +273,32 @@ def restorable(plan):
     if not os.path.isdir(source) or os.path.exists(os.path.join(job.workdir, "config.json")):
       continue
     stamps = _stamps(source)
-    if stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints[job.name]:
+    if (stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints[job.name]
+        or stamps[job.name].get("state") != "done"):  # unfinished: `resumable`
       continue
     matching = {n: s for n, s in stamps.items()
                 if n in plan.fingerprints and s.get("fingerprint") == plan.fingerprints[n]}
     out.append((job, archive_job, source, matching))
+  return out
+
+
+def resumable(plan):
+  """Unfinished runs archived with their last checkpoint (`archive --checkpoint` of a run still
+  training, to carry it to another machine): [(train job, folder)] whose archived train stamp
+  carries the plan's fingerprint of the job but no end, and whose run folder has no
+  config.json. `restore` copies them back without stamps, so the job runs again and
+  `performer train` resumes from the checkpoint."""
+  out = []
+  for archive_job in plan.jobs:
+    name = archive_job.name.removesuffix("_archive")
+    if archive_job.kind != "archive" or name not in plan.fingerprints:
+      continue
+    job, source = plan[name], os.path.dirname(archive_job.outputs[0])
+    stamp = _stamps(source).get(job.name, {}) if os.path.isdir(source) else {}
+    if (stamp.get("fingerprint") == plan.fingerprints[job.name] and stamp.get("state") != "done"
+        and os.path.isdir(os.path.join(source, CHECKPOINTS))
+        and not os.path.exists(os.path.join(job.workdir, "config.json"))):
+      out.append((job, source))
   return out
 
 
@@ -295,21 +316,15 @@ def preview(plan):
 
 
 def restore(plan, say=print):
-  """Copies the `restorable` runs of `plan` back into their run folders, with their stamps.
+  """Copies the `restorable` runs of `plan` back into their run folders, with their stamps,
+  then the `resumable` ones, without.
 
   The matching stamps (the train's, its eval's) come back and the archive
-  job is marked done. Returns the names of the restored runs.
+  job is marked done. Returns the names of the restored and resumed runs.
   """
   restored = []
   for job, archive_job, source, stamps in restorable(plan):
-    writable_folder(plan.ctx.runs)  # a clear error, not a traceback, for a bad --runs
-    os.makedirs(job.workdir, exist_ok=True)
-    for f in os.listdir(source):
-      path = os.path.join(source, f)
-      if f == CHECKPOINTS:
-        shutil.copytree(path, os.path.join(job.workdir, CHECKPOINTS), dirs_exist_ok=True)
-      elif f not in (STAMPS, MANIFEST):  # a run folder marked as an archive could be replaced
-        shutil.copy2(path, os.path.join(job.workdir, f))
+    _copy_back(plan, source, job.workdir)
     for name, stamp in stamps.items():
       state.write(plan.ctx.runs, name, **{k: v for k, v in stamp.items()
                                           if k not in ("time", "host", "pid", "detail")},
@@ -319,7 +334,26 @@ def restore(plan, say=print):
     restored.append(job.name)
   if restored:
     say(f"restored {len(restored)} finished run(s) from their archives: {', '.join(restored)}")
-  return restored
+  resumed = []
+  for job, source in resumable(plan):
+    _copy_back(plan, source, job.workdir)
+    resumed.append(job.name)
+  if resumed:
+    say(f"copied back {len(resumed)} unfinished run(s) with their last checkpoint, to resume: "
+        f"{', '.join(resumed)}")
+  return restored + resumed
+
+
+def _copy_back(plan, source, workdir):
+  """An archive's files (its checkpoint too) into run folder `workdir`; not its stamps."""
+  writable_folder(plan.ctx.runs)  # a clear error, not a traceback, for a bad --runs
+  os.makedirs(workdir, exist_ok=True)
+  for f in os.listdir(source):
+    path = os.path.join(source, f)
+    if f == CHECKPOINTS:
+      shutil.copytree(path, os.path.join(workdir, CHECKPOINTS), dirs_exist_ok=True)
+    elif f not in (STAMPS, MANIFEST):  # a run folder marked as an archive could be replaced
+      shutil.copy2(path, os.path.join(workdir, f))
 
 
 def _stamps(source):

@@ -271,6 +271,33 @@ def test_restore_brings_back_runs_whose_fingerprint_matches_and_the_plan_counts_
   assert archive.restore(plan, say=said.append) == []
 
 
+def test_an_unfinished_run_archived_with_its_checkpoint_comes_back_to_resume(tmp_path):
+  ctx = plans.context("mini", runs=str(tmp_path / "old"), results=str(tmp_path / "results"))
+  names = ["u_identity", "b_identity"]
+  plan = plans.resolve(ctx, plans.select(plans.build(ctx), [f"{n}_archive" for n in names]))
+  for name in names:  # both still training when their machine went; b_identity's checkpoint
+    _run_folder(tmp_path / "old" / name, steps=(250, 500) if name == "u_identity" else ())
+    state.write(ctx.runs, name, state="running", fingerprint=plan.fingerprints[name])
+    archive.save(os.path.join(ctx.runs, name), os.path.join(ctx.results, "runs", name),
+                 checkpoint=name == "u_identity", jobs=(name,))
+  fresh = plans.context("mini", runs=str(tmp_path / "new"), results=ctx.results)
+  plan = plans.resolve(fresh, plans.select(plans.build(fresh), [f"{n}_archive" for n in names]))
+  assert archive.restorable(plan) == []
+  said = []
+  assert archive.restore(plan, say=said.append) == ["u_identity"]
+  assert said == ["copied back 1 unfinished run(s) with their last checkpoint, to resume: "
+                  "u_identity"]
+  run = tmp_path / "new" / "u_identity"
+  assert (run / "checkpoints" / "500" / "state").read_text() == "step 500"
+  assert not (run / "checkpoints" / "250").exists() and (run / "metrics.jsonl").exists()
+  # no stamp: the train job runs again (and `performer train` resumes), the archive waits
+  for job in ("u_identity", "u_identity_archive"):
+    assert state.state(plan, plan[job])[0] == "pending", job
+  # an unfinished run archived without a checkpoint has nothing to resume from: trained anew
+  assert not (tmp_path / "new" / "b_identity").exists()
+  assert archive.restore(plan, say=said.append) == []  # a run folder there is left as it is
+
+
 def test_status_and_dry_runs_show_what_a_run_would_restore_and_copy_nothing(tmp_path, capsys):
   results = str(tmp_path / "results")
   ctx = plans.context("mini", runs=str(tmp_path / "old"), results=results)
@@ -316,4 +343,5 @@ def test_every_committed_archive_is_restorable_by_todays_plan(tmp_path):
   assert not stale, f"{len(stale)} archived stamps do not match the plan, e.g. {stale[:3]}"
   # so a reproduction restores every archived run rather than training it again
   runs = {os.path.basename(os.path.dirname(os.path.dirname(p))) for p in archived}
-  assert {job.name for job, *_ in archive.restorable(plan)} == runs
+  back = archive.restorable(plan) + archive.resumable(plan)  # finished, and carried to resume
+  assert {job.name for job, *_ in back} == runs
