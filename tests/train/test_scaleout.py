@@ -48,7 +48,7 @@ def _command(workdir, bindings):
 
 
 def _env(devices):
-  return dict(os.environ, JAX_PLATFORMS="cpu",
+  return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONFAULTHANDLER="1",
               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
 
 
@@ -290,11 +290,13 @@ def test_prefetched_batches_are_the_batches_by_step(data):
 
 
 def test_bfloat16_trains_with_float32_parameters_and_favor_sums(data, tmp_path):
-  _train_here(data, tmp_path, "TrainConfig.steps = 30", "TrainConfig.log_every = 10",
-              "TrainConfig.eval_every = 30", "TrainConfig.checkpoint_every = 30",
-              "ModelConfig.dtype = 'bfloat16'",
-              # one W throughout: the test is about dtypes, not the noise of a per-step redraw
-              "ModelConfig.attention_options = {'num_features': 64, 'redraw_every': 0}")
+  # A process of its own, as `performer train` is: this test once crashed a CI worker that
+  # had run others before it, and a crash here should say where (faulthandler), not kill one.
+  _train_on(1, data, tmp_path, "TrainConfig.steps = 30", "TrainConfig.log_every = 10",
+            "TrainConfig.eval_every = 30", "TrainConfig.checkpoint_every = 30",
+            "ModelConfig.dtype = 'bfloat16'",
+            # one W throughout: the test is about dtypes, not the noise of a per-step redraw
+            "ModelConfig.attention_options = {'num_features': 64, 'redraw_every': 0}")
   losses = [r["loss"] for r in _rows(tmp_path) if r["split"] == "train"]
   assert losses[-1] < losses[0] - 0.3, losses  # 3.5 -> 3.0 in a measured run
   assert {np.asarray(x).dtype for x in _params(tmp_path) if np.ndim(x)} == {np.dtype(np.float32)}
