@@ -35,8 +35,8 @@ def bidirectional(q, k, v, mask, featurize_q, featurize_k, block, operand_dtype,
     return add_keys(state, featurize_k(blocks.heads_first(k_blk)), blocks.heads_first(v_blk),
                     keep, operand_dtype), None
 
-  state, _ = blocks.scan(key_block, empty_state(featurize_k, k.shape[-1], batch, heads, dv),
-                         (k_blocks, v_blocks, keep_blocks))
+  state = numerics.empty_state(featurize_k, k.shape[-1], dv, batch, heads)
+  state, _ = blocks.scan(key_block, state, (k_blocks, v_blocks, keep_blocks))
 
   @jax.checkpoint
   def query_block(_, q_blk):
@@ -47,43 +47,33 @@ def bidirectional(q, k, v, mask, featurize_q, featurize_k, block, operand_dtype,
   return blocks.unblock(out, q.shape[1])
 
 
-def empty_state(featurize_k, d, batch, heads, dv):
-  """(K'^T V [B, H, M, dv], K'^T 1 [B, H, M], c [B, H, M or 1]) before any key, float32;
-  featurize_k maps keys of d coordinates to M features."""
-  size = jax.eval_shape(featurize_k, jax.ShapeDtypeStruct((1, 1, 1, d), jnp.float32))
-  m = (size.value if size.value is not None else size.log).shape[-1]
-  refs = 1 if size.log is None else size.log.shape[-1]
-  return (jnp.zeros((batch, heads, m, dv), jnp.float32), jnp.zeros((batch, heads, m), jnp.float32),
-          jnp.full((batch, heads, refs), numerics.NO_KEY, jnp.float32))
-
-
 def add_keys(state, kf, v, keep, operand_dtype):
-  """The state after one block of keys: kf `Features` of [B, H, C, M], v [B, H, C, dv], keep
-  [B, 1, C] bool. Sums are kept against the running per-feature maximum c of the key logs."""
+  """The state after one block of keys: kf `Features` of [..., C, M], v [..., C, dv], keep
+  [..., C] bool (or broadcasting). Sums are kept against the running per-feature maximum c of
+  the key logs. Any leading dimensions (none in fused.py's kernel): 2D products only."""
   kv, z, c = state
-  low = lambda x: x.astype(operand_dtype)
   keep = keep[..., None]
   if kf.log is None:
     k_prime = jnp.where(keep, kf.value, 0.0)
   else:
     k_log = jnp.where(keep, kf.log, -jnp.inf)
-    c_new = jax.lax.stop_gradient(jnp.maximum(c, jnp.max(k_log, axis=2)))
+    c_new = jax.lax.stop_gradient(jnp.maximum(c, jnp.max(k_log, axis=-2)))
     decay = jnp.exp(c - c_new)
     kv, z = kv * decay[..., None], z * decay
-    k_prime = numerics.times(kf.value, jnp.exp(k_log - c_new[:, :, None]))
+    k_prime = numerics.times(kf.value, jnp.exp(k_log - c_new[..., None, :]))
     c = c_new
-  k_prime = low(k_prime)
-  dot = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
-  return (kv + dot("bhcm,bhcd->bhmd", k_prime, low(v)),
-          z + jnp.sum(k_prime.astype(jnp.float32), 2), c)
+  k_prime = k_prime.astype(operand_dtype)
+  return (kv + jnp.einsum("...cm,...cd->...md", k_prime, v.astype(operand_dtype),
+                          preferred_element_type=jnp.float32),
+          z + jnp.sum(k_prime.astype(jnp.float32), -2), c)
 
 
 def read_queries(state, qf, operand_dtype, renormalize):
-  """One block of queries against the keys' final state: qf `Features` of [B, H, C, M] ->
-  float32 [B, H, C, dv]."""
+  """One block of queries against the keys' final state: qf `Features` of [..., C, M] ->
+  float32 [..., C, dv]."""
   kv, z, c = state
   low = lambda x: x.astype(operand_dtype)
-  q_prime = low(qf.value if qf.log is None else numerics.query_prime(qf, c[:, :, None]))
+  q_prime = low(qf.value if qf.log is None else numerics.query_prime(qf, c[..., None, :]))
   return numerics.normalise(
-      jnp.einsum("bhcm,bhmd->bhcd", q_prime, low(kv), preferred_element_type=jnp.float32),
-      jnp.einsum("bhcm,bhm->bhc", q_prime.astype(jnp.float32), z), renormalize)
+      jnp.einsum("...cm,...md->...cd", q_prime, low(kv), preferred_element_type=jnp.float32),
+      jnp.sum(q_prime.astype(jnp.float32) * z[..., None, :], axis=-1), renormalize)

@@ -32,7 +32,7 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype,
   """
   batch, length, heads, dv = v.shape
   span = min(-(-span // chunk), -(-length // chunk)) * chunk
-  state = empty_state(featurize_k, k.shape[-1], batch, heads, dv)
+  state = numerics.empty_state(featurize_k, k.shape[-1], dv, batch, heads)
   xs = (blocks.blocks(q, span), blocks.blocks(k, span), blocks.blocks(v, span),
         blocks.blocks(mask[:, :, None, None], span)[..., 0, 0])  # [n, B, span, ...]
   step = functools.partial(span_step, featurize_q, featurize_k, chunk, operand_dtype,
@@ -42,22 +42,9 @@ def causal(q, k, v, mask, featurize_q, featurize_k, chunk, span, operand_dtype,
   return blocks.unblock(blocks.scan(step, state, xs)[1], length)
 
 
-def empty_state(featurize_k, d, batch, heads, dv):
-  """The prefix state (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) before any token,
-  float32; featurize_k maps keys of d coordinates to M features. Bounded features keep c = 0."""
-  size = jax.eval_shape(featurize_k, jax.ShapeDtypeStruct((1, 1, 1, d), jnp.float32))
-  m = (size.value if size.value is not None else size.log).shape[-1]
-  refs = 1 if size.log is None else size.log.shape[-1]
-  no_key = 0.0 if size.log is None else numerics.NO_KEY
-  return (jnp.zeros((batch, heads, m, dv), jnp.float32),
-          jnp.zeros((batch, heads, m), jnp.float32),
-          jnp.full((batch, heads, refs), no_key, jnp.float32))
-
-
 def span_step(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carried,
               renormalize=True):
   """One span of n chunks, all at once: (state before, inputs) -> (state after, outputs).
-  (fused.py's kernel runs it one chunk at a time.)
 
   state: (S [B, H, M, dv], z [B, H, M], c [B, H, M or 1]) against reference c;
   xs: q, k [B, T, H, d], v [B, T, H, dv], keep [B, T] with T = n C.
@@ -65,67 +52,110 @@ def span_step(featurize_q, featurize_k, chunk, operand_dtype, state, xs, *, carr
   empty, the one after unused): a single chunk then computes neither.
   Returns the state after the span and outputs [B, T, H, dv] float32.
   """
-  sg = jax.lax.stop_gradient
   q, k, v, keep = xs
   batch, length, heads, dv = v.shape
   n = length // chunk
-  split = lambda x: x.reshape(x.shape[:2] + (n, chunk) + x.shape[3:])  # [B, H, T, .] -> chunks
+  split = lambda x: None if x is None else x.reshape(x.shape[:2] + (n, chunk) + x.shape[3:])
   qf, kf = featurize_q(blocks.heads_first(q)), featurize_k(blocks.heads_first(k))
   bounded = kf.log is None  # bounded features need no reference: c stays 0
-  zero_log = jnp.zeros(qf.value.shape[:-1] + (1,), jnp.float32) if bounded else None
-  q_value, k_value = (None if f.value is None else split(f.value) for f in (qf, kf))
-  q_log = split(zero_log if bounded else qf.log)  # [B, H, n, C, M or 1]
-  keep = keep.reshape(batch, 1, n, chunk, 1)
-  k_log = jnp.where(keep, split(zero_log if bounded else kf.log), -jnp.inf)
+  qf, kf = (Features(split(f.value), split(f.log)) for f in (qf, kf))  # [B, H, n, C, .]
+  k_log = key_logs(kf, keep.reshape(batch, 1, n, chunk))
   v = split(blocks.heads_first(v))  # [B, H, n, C, dv]
-  low = lambda x: x.astype(operand_dtype)
-  dot = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
 
-  # Each chunk's own state against its own maximum (every term <= 1), then the
-  # states before each chunk: the carried state in front, an inclusive scan.
-  c_own = (jnp.zeros(k_log.shape[:3] + (1,), jnp.float32) if bounded
-           else sg(jnp.maximum(jnp.max(k_log, axis=3), numerics.NO_KEY)))  # [B, H, n, M or 1]
-  k_own = low(numerics.times(k_value, jnp.exp(k_log - c_own[:, :, :, None])))
-  own = (dot("bhncm,bhncd->bhnmd", k_own, low(v)), jnp.sum(k_own.astype(jnp.float32), axis=3),
-         c_own)
+  # Each chunk's own state, then the states before each chunk: the carried state in front,
+  # an inclusive scan.
+  own = chunk_state(kf.value, k_log, v, operand_dtype, bounded)  # [B, H, n, ...]
   if n == 1:  # the sequential pass: the state before is the carried one
-    s, z, c = (x[:, :, None] for x in state)
-    after = _merge(state, jax.tree.map(lambda x: x[:, :, 0], own)) if carried else state
+    before = jax.tree.map(lambda x: x[:, :, None], state)
+    after = merge(state, jax.tree.map(lambda x: x[:, :, 0], own)) if carried else state
   else:
-    s, z, c = jax.lax.associative_scan(_merge, jax.tree.map(
+    states = jax.lax.associative_scan(merge, jax.tree.map(
         lambda a, b: jnp.concatenate([a[:, :, None], b], axis=2), state, own),
         axis=2)  # [B, H, n + 1, ...]: before chunk 0, ..., after chunk n - 1
-    s, z, c, after = s[:, :, :-1], z[:, :, :-1], c[:, :, :-1], (s[:, :, -1], z[:, :, -1],
-                                                                c[:, :, -1])
-
-  ref = c if bounded else sg(jnp.maximum(c, k_log[:, :, :, 0]))  # c_f at each chunk's start
-  rel = k_log - ref[:, :, :, None]  # each key's growth over its chunk's reference
-  n_t = sg(jnp.max(q_log + ref[:, :, :, None], axis=-1, keepdims=True))  # N_t: [B, H, n, C, 1]
-  q_prime = low(numerics.times(q_value, jnp.exp(q_log + ref[:, :, :, None] - n_t)))  # <= 1
-  # Clipped keys are seen only by queries that take the exact path.
-  k_prime = low(numerics.times(k_value, jnp.exp(jnp.minimum(rel, HEADROOM))))  # <= e^60
-  to_ref = jnp.exp(c - ref)  # [B, H, n, M or 1], <= 1: the state against the reference
-  causal_mask = jnp.tril(jnp.ones((chunk, chunk), bool))
-  scores = low(jnp.where(causal_mask, dot("bhntm,bhnjm->bhntj", q_prime, k_prime), 0.0))
-  num = dot("bhntj,bhnjd->bhntd", scores, low(v))
-  den = jnp.sum(scores.astype(jnp.float32), axis=-1)
-  if carried or n > 1:  # what the chunks before say (nothing, for the sequence's one chunk)
-    num += dot("bhntm,bhnmd->bhntd", q_prime, low(s * to_ref[..., None]))
-    den += jnp.einsum("bhntm,bhnm->bhnt", q_prime.astype(jnp.float32), z * to_ref)
-  out = numerics.normalise(num, den, renormalize)  # [B, H, n, C, dv]
-
+    before = jax.tree.map(lambda x: x[:, :, :-1], states)
+    after = jax.tree.map(lambda x: x[:, :, -1], states)
+  out, ref = read_chunk(before, qf, kf.value, k_log, k_log[..., :1, :], v, operand_dtype,
+                        bounded=bounded, carried=carried or n > 1, renormalize=renormalize)
   if not bounded:
-    # Query t takes the product while no key j <= t of its chunk has grown past the headroom.
-    fast = jnp.cumsum(sg(jnp.max(rel, axis=-1)) > HEADROOM, axis=-1) == 0  # [B, H, n, C]
+    fast = fast_rows(k_log - ref)  # [B, H, n, C]
     needed = jnp.logical_not(jnp.all(fast, axis=(0, 1, 3)))  # [n]; a float below (has a VJP)
     by_chunk = jax.tree.map(lambda x: jnp.moveaxis(x, 2, 0), (  # [n, B, H, ...]
-        (s, z, c), Features(q_value, q_log), Features(k_value, k_log), v))
+        before, qf, Features(kf.value, k_log), v))
     exact = _if_needed(_exact_chunks, jnp.any(needed), (needed.astype(jnp.float32),) + by_chunk)
     out = jnp.where(fast[..., None], out, jnp.moveaxis(exact, 0, 2))
   return after, blocks.heads_first(out.reshape(batch, heads, length, dv))
 
 
-def _merge(a, b):
+# The chunk steps below read any leading dimensions [...] (batch, heads, chunks, or none in
+# fused.py's kernel) and make every product a matrix product of two 2D operands per leading
+# index, or a sum of elementwise products: what a Triton kernel can lower.
+
+
+def key_logs(kf, keep):
+  """The keys' logs with masked keys at -inf: [..., C, M or 1] (0 for bounded features, which
+  have none); kf `Features` of [..., C, M], keep [..., C] bool (or broadcasting)."""
+  log = jnp.zeros(kf.value.shape[:-1] + (1,), jnp.float32) if kf.log is None else kf.log
+  return jnp.where(keep[..., None], log, -jnp.inf)
+
+
+def chunk_state(k_value, k_log, v, operand_dtype, bounded):
+  """A chunk's own state (S [..., M, dv], z [..., M], c [..., M or 1]) against its own
+  per-feature maximum c of the key logs (every term <= 1); bounded features keep c = 0.
+
+  k_value [..., C, M] or None (read as 1); k_log [..., C, M or 1] from `key_logs`;
+  v [..., C, dv].
+  """
+  c = (jnp.zeros(k_log.shape[:-2] + (1,), jnp.float32) if bounded
+       else jax.lax.stop_gradient(jnp.maximum(jnp.max(k_log, axis=-2), numerics.NO_KEY)))
+  k_own = numerics.times(k_value, jnp.exp(k_log - c[..., None, :])).astype(operand_dtype)
+  return (_dot("...cm,...cd->...md", k_own, v.astype(operand_dtype)),
+          jnp.sum(k_own.astype(jnp.float32), axis=-2), c)
+
+
+def read_chunk(state, qf, k_value, k_log, first, v, operand_dtype, *, bounded, carried,
+               renormalize):
+  """A chunk's outputs: its own keys by the masked C x C product, the keys before it through
+  the state before it (when carried). Returns (outputs [..., C, dv] float32, the chunk's
+  reference c_f [..., 1, M or 1]: a key's log minus it is the growth `fast_rows` reads).
+
+  state: (S, z, c) before the chunk, as `chunk_state` gives; qf `Features` of [..., C, M];
+  k_value, k_log and v as `chunk_state` takes them; first: the chunk's first key log
+  [..., 1, M or 1] (a slice of k_log; fused.py's kernel, which cannot slice, computes it).
+  """
+  sg = jax.lax.stop_gradient
+  s, z, c = state
+  low = lambda x: x.astype(operand_dtype)
+  # c_f at the chunk's start: [..., 1, M or 1]
+  ref = c[..., None, :] if bounded else sg(jnp.maximum(c[..., None, :], first))
+  rel = k_log - ref  # each key's growth over its chunk's reference
+  q_log = jnp.zeros(k_log.shape, jnp.float32) if bounded else qf.log  # [..., C, M or 1]
+  n_t = sg(jnp.max(q_log + ref, axis=-1, keepdims=True))  # N_t: [..., C, 1]
+  q_prime = low(numerics.times(qf.value, jnp.exp(q_log + ref - n_t)))  # <= 1
+  # Clipped keys are seen only by queries that take the exact path.
+  k_prime = low(numerics.times(k_value, jnp.exp(jnp.minimum(rel, HEADROOM))))  # <= e^60
+  rows = jnp.arange(v.shape[-2])
+  scores = low(jnp.where(rows[:, None] >= rows[None, :],
+                         _dot("...tm,...jm->...tj", q_prime, k_prime), 0.0))
+  num = _dot("...tj,...jd->...td", scores, low(v))
+  den = jnp.sum(scores.astype(jnp.float32), axis=-1)
+  if carried:  # what the chunks before say (nothing, for the sequence's one chunk)
+    to_ref = jnp.exp(c - ref[..., 0, :])  # <= 1: the state against the reference
+    num += _dot("...tm,...md->...td", q_prime, low(s * to_ref[..., None]))
+    den += jnp.sum(q_prime.astype(jnp.float32) * (z * to_ref)[..., None, :], axis=-1)
+  return numerics.normalise(num, den, renormalize), ref
+
+
+def fast_rows(rel):
+  """Query t takes the product while no key j <= t of its chunk has grown past the headroom:
+  rel [..., C, M or 1] -> [..., C] bool."""
+  return jnp.cumsum(jax.lax.stop_gradient(jnp.max(rel, axis=-1)) > HEADROOM, axis=-1) == 0
+
+
+def _dot(spec, a, b):
+  return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+def merge(a, b):
   """Two states (S, z, c), each against its own reference c, as one against max(c_a, c_b).
 
   Associative; rescales by factors <= 1 and adds, never subtracts.

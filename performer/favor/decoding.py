@@ -57,10 +57,11 @@ def causal_decode_step(state, q, k, v, W, *, kernel="positive", scale=None, kern
 def token_update(state, qf, kf, v, renormalize=True):
   """Adds one key to the prefix state and reads one query against it: exact at any norm.
 
-  qf, kf: `Features` of [B, H, M] (logs [B, H, M], [B, H, 1] or None); v:
-  [B, H, dv] float32. The reference c grows to the per-feature maximum of
-  the keys so far, so every stored term is <= 1 and the query is normalised
-  by its largest term: the largest product q'.k' is exactly 1.
+  qf, kf: `Features` of [..., M] (logs [..., M], [..., 1] or None); v:
+  [..., dv] float32; state (S, z, c) as `causal_decode_init` gives it, with
+  the same leading dims. The reference c grows to the per-feature maximum
+  of the keys so far, so every stored term is <= 1 and the query is
+  normalised by its largest term: the largest product q'.k' is exactly 1.
   """
   s, z, c = state
   if kf.log is None:
@@ -72,8 +73,10 @@ def token_update(state, qf, kf, v, renormalize=True):
     q_prime = numerics.query_prime(qf, c_new)
     k_prime = numerics.times(kf.value, jnp.exp(kf.log - c_new))
     c = c_new
-  s = s + jnp.einsum("bhm,bhd->bhmd", k_prime, v)
+  # Elementwise products and sums, not einsums: fused.py's kernel runs this on [M] rows,
+  # where Triton has no matrix-vector product.
+  s = s + k_prime[..., :, None] * v[..., None, :]
   z = z + k_prime
-  out = numerics.normalise(jnp.einsum("bhm,bhmd->bhd", q_prime, s),
-                           jnp.einsum("bhm,bhm->bh", q_prime, z), renormalize)
+  out = numerics.normalise(jnp.sum(q_prime[..., :, None] * s, axis=-2),
+                           jnp.sum(q_prime * z, axis=-1), renormalize)
   return (s, z, c), out

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from performer.favor import bidirectional, causal as causal_pass, kernels, numerics
+from performer.favor import bidirectional, causal as causal_pass, decoding, kernels, numerics
 
 
 class Setting(NamedTuple):
@@ -94,45 +94,87 @@ def _featurizer(setting, w_ref, s_ref, has_w):
 
 def _causal_kernel(q_ref, k_ref, v_ref, keep_ref, w_ref, s_ref, o_ref, *, setting, has_w, n_q,
                    n_k):
-  """Chunk after chunk of one sequence and head: causal.py's chunk step (its stabilisation and
-  exact path included) with the prefix state (S, z, c) carried in the loop, never stored."""
+  """Chunk after chunk of one sequence and head: causal.py's chunk steps on [C, .] arrays
+  (its stabilisation and exact path included), the prefix state (S, z, c) carried in the
+  loop, never stored."""
   del n_k  # causal: n_q == n_k
   featurize, size = _featurizer(setting, w_ref, s_ref, has_w), setting.block
-  per_chunk = lambda x: x[None, :, None]  # [C, e] -> [B = 1, C, H = 1, e]
+  dtype = setting.operand_dtype
 
-  def chunk(i, state):
+  def chunk(i, carry):
+    state, poisoned = carry
     at = pl.ds(i * size, size)
-    xs = (per_chunk(q_ref[at, :]), per_chunk(k_ref[at, :]), per_chunk(v_ref[at, :]),
-          keep_ref[at][None] > 0)
-    state, out = causal_pass.span_step(featurize, featurize, size, setting.operand_dtype,
-                                       state, xs, carried=True,
-                                       renormalize=setting.renormalize)
-    o_ref[at, :] = out[0, :, 0]
-    return state
+    qf, kf, v = featurize(q_ref[at, :]), featurize(k_ref[at, :]), v_ref[at, :]
+    k_log = causal_pass.key_logs(kf, keep_ref[at] > 0)  # [C, M or 1]
+    bounded = kf.log is None
+    one = pl.ds(i * size, 1)  # the first key again: Triton has no slice of a loaded array
+    first = causal_pass.key_logs(featurize(k_ref[one, :]), keep_ref[one] > 0)  # [1, M or 1]
+    out, ref = causal_pass.read_chunk(state, qf, kf.value, k_log, first, v, dtype,
+                                      bounded=bounded, carried=True,
+                                      renormalize=setting.renormalize)
+    o_ref[at, :] = out
+    if not bounded:  # rows past a key grown beyond the headroom: token by token, exact
+      grown = jnp.min(causal_pass.fast_rows(k_log - ref).astype(jnp.int32)) == 0  # no all()
+      jax.lax.cond(grown, functools.partial(_exact_rows, setting, o_ref), lambda *_: None,
+                   i * size, state, ref, qf, kf._replace(log=k_log), v)
+      # A token past MAX_NORM (NaN logs) makes its output NaN, and a key every later one, as
+      # the XLA forms do, said explicitly: NaN through exp and max in a compiled kernel is
+      # the compiler's choice (XLA's CPU compile of interpret mode lost it).
+      nan_rows = lambda log: jnp.sum(jnp.isnan(log).astype(jnp.int32), axis=-1) > 0  # [C]
+      keys = jnp.cumsum(nan_rows(k_log).astype(jnp.int32)) > 0
+      o_ref[at, :] = jnp.where((poisoned | keys | nan_rows(qf.log))[:, None], jnp.nan,
+                               o_ref[at, :])
+      poisoned = poisoned | (jnp.max(keys.astype(jnp.int32)) > 0)
+    return causal_pass.merge(state, causal_pass.chunk_state(kf.value, k_log, v, dtype,
+                                                            bounded)), poisoned
 
-  state = causal_pass.empty_state(featurize, q_ref.shape[-1], 1, 1, v_ref.shape[-1])
-  jax.lax.fori_loop(0, n_q, chunk, state)
+  state = numerics.empty_state(featurize, q_ref.shape[-1], v_ref.shape[-1])
+  jax.lax.fori_loop(0, n_q, chunk, (state, jnp.asarray(False)))
+
+
+def _exact_rows(setting, o_ref, start, state, ref, qf, kf, v):
+  """The causal pass's exact path inside the kernel: decoding.token_update reads the chunk at
+  row `start` token by token from the state before it, and rows from the first key grown past
+  the headroom over the chunk's reference ref [1, M or 1] on are overwritten.
+
+  qf, kf: the chunk's `Features` of [C, .] (key logs masked); v [C, dv]. Token t's row is
+  taken by a masked sum, not by indexing or a 1-row product, neither of which Triton has.
+  """
+  rows = jnp.arange(setting.block)[:, None]
+  row = lambda x, t: None if x is None else jnp.sum(jnp.where(rows == t, x, 0.0), axis=0)
+  features = lambda f, t: f._replace(value=row(f.value, t), log=row(f.log, t))
+
+  def token(t, carry):
+    state, grown = carry
+    k_t = features(kf, t)
+    grown = jnp.logical_or(grown, jnp.max(k_t.log - ref) > causal_pass.HEADROOM)
+    state, out = decoding.token_update(state, features(qf, t), k_t, row(v, t).astype(
+        jnp.float32), setting.renormalize)
+    at = pl.ds(start + t, 1)
+    o_ref[at, :] = jnp.where(grown, out[None], o_ref[at, :])
+    return state, grown
+
+  jax.lax.fori_loop(0, setting.block, token, (state, jnp.asarray(False)))
 
 
 def _bidirectional_kernel(q_ref, k_ref, v_ref, keep_ref, w_ref, s_ref, o_ref, *, setting,
                           has_w, n_q, n_k):
   """One sequence and head: K'^T V and K'^T 1 reduced over the key blocks in one loop, then
-  every block of queries read against them in a second (bidirectional.py's block steps)."""
+  every block of queries read against them in a second (bidirectional.py's block steps, on
+  [C, .] arrays)."""
   featurize, size = _featurizer(setting, w_ref, s_ref, has_w), setting.block
-  per_block = lambda x: x[None, None]  # [C, e] -> [B = 1, H = 1, C, e]
 
   def keys(i, state):
     at = pl.ds(i * size, size)
-    return bidirectional.add_keys(state, featurize(per_block(k_ref[at, :])),
-                                  per_block(v_ref[at, :]), (keep_ref[at] > 0)[None, None],
-                                  setting.operand_dtype)
+    return bidirectional.add_keys(state, featurize(k_ref[at, :]), v_ref[at, :],
+                                  keep_ref[at] > 0, setting.operand_dtype)
 
-  state = jax.lax.fori_loop(0, n_k, keys, bidirectional.empty_state(
-      featurize, k_ref.shape[-1], 1, 1, v_ref.shape[-1]))
+  state = jax.lax.fori_loop(0, n_k, keys, numerics.empty_state(
+      featurize, k_ref.shape[-1], v_ref.shape[-1]))
 
   def queries(i, _):
     at = pl.ds(i * size, size)
-    o_ref[at, :] = bidirectional.read_queries(state, featurize(per_block(q_ref[at, :])),
-                                              setting.operand_dtype, setting.renormalize)[0, 0]
+    o_ref[at, :] = bidirectional.read_queries(state, featurize(q_ref[at, :]),
+                                              setting.operand_dtype, setting.renormalize)
 
   jax.lax.fori_loop(0, n_q, queries, None)

@@ -92,3 +92,16 @@ def query_prime(qf, c):
   q_log = qf.log + c
   return times(qf.value, jnp.exp(q_log - jax.lax.stop_gradient(
       jnp.max(q_log, axis=-1, keepdims=True))))
+
+
+def empty_state(featurize_k, d, dv, *lead):
+  """The state of a pass over keys before any key, float32: S = K'^T V [*lead, M, dv],
+  z = K'^T 1 [*lead, M] and the reference c [*lead, M or 1] their terms are kept against
+  (causal.py, bidirectional.py; lead: (B, H), or none in fused.py's kernel). featurize_k
+  maps keys of d coordinates to M features. Bounded features need no reference: c = 0."""
+  size = jax.eval_shape(featurize_k, jax.ShapeDtypeStruct((1, d), jnp.float32))
+  m = (size.value if size.value is not None else size.log).shape[-1]
+  refs = 1 if size.log is None else size.log.shape[-1]
+  no_key = 0.0 if size.log is None else NO_KEY
+  return (jnp.zeros(lead + (m, dv), jnp.float32), jnp.zeros(lead + (m,), jnp.float32),
+          jnp.full(lead + (refs,), no_key, jnp.float32))

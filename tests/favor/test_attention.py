@@ -163,7 +163,8 @@ def test_padding_never_changes_real_outputs(kernel, eps):
     np.testing.assert_array_equal(padded[0], padded[1])
     if span:
       np.testing.assert_array_equal(padded[0], alone)
-    np.testing.assert_allclose(padded[0], alone, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(padded[0], alone, rtol=1e-5 if kernel == "trig" else 1e-6,
+                               atol=1e-6)  # trig: D near 0 amplifies rounding, as above
 
 
 @pytest.mark.parametrize("causal, scale", [  # mean |x| after d^-1/4: 6.2, 12.4, 18.6
