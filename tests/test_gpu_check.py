@@ -34,8 +34,9 @@ def test_gpu_check_runs_end_to_end_in_tiny_mode(tmp_path):
         "xla"}  # cudnn needs an NVIDIA GPU
     assert (out / f"{name}_tiny.png").stat().st_size > 10_000
   layers = json.loads((out / "speed_layers_bfloat16_tiny.json").read_text())["rows"]
-  assert sorted((r["attention"], r["num_layers"]) for r in layers) == [
-      (a, n) for a in ("exact_dot_product", "identity", "performer_softmax") for n in (1, 2)]
+  assert sorted((r["attention"], r["direction"], r["num_layers"]) for r in layers) == [
+      (a, direction, n) for a in ("exact_dot_product", "identity", "performer_softmax")
+      for direction in ("bidirectional", "causal") for n in (1, 2)]  # (B) and (U)
   assert (out / "speed_layers_bfloat16_tiny.png").stat().st_size > 10_000
   blocks = json.loads((out / "speed_blocks_bfloat16_tiny.json").read_text())["rows"]
   assert sorted((r["direction"], r["chunk_size"]) for r in blocks) == [
