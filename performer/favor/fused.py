@@ -138,7 +138,7 @@ def _exact_rows(setting, o_ref, start, state, ref, qf, kf, v):
   the headroom over the chunk's reference ref [1, M or 1] on are overwritten.
 
   qf, kf: the chunk's `Features` of [C, .] (key logs masked); v [C, dv]. Token t's row is
-  taken by a masked sum, not by indexing or a 1-row product, neither of which Triton has.
+  taken by a masked sum: Triton cannot index an array it has loaded.
   """
   rows = jnp.arange(setting.block)[:, None]
   row = lambda x, t: None if x is None else jnp.sum(jnp.where(rows == t, x, 0.0), axis=0)
