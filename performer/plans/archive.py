@@ -260,25 +260,16 @@ def restorable(plan):
 
   The plan's archive job of train job T is named T_archive and its first
   output is <archive>/config.json. T is restorable when its run folder has
-  no config.json and the archived stamp of T carries the plan's fingerprint
-  of T; `stamps` holds the archived stamps whose fingerprints match the
-  plan's ({job name: stamp}: T's, its eval's).
+  no config.json and the archived stamp of T is done and carries the plan's
+  fingerprint of T; `stamps` holds the archived stamps whose fingerprints
+  match the plan's ({job name: stamp}: T's, its eval's).
   """
   out = []
-  for archive_job in plan.jobs:
-    name = archive_job.name.removesuffix("_archive")
-    if archive_job.kind != "archive" or name not in plan.fingerprints:
-      continue
-    job, source = plan[name], os.path.dirname(archive_job.outputs[0])
-    if not os.path.isdir(source) or os.path.exists(os.path.join(job.workdir, "config.json")):
-      continue
-    stamps = _stamps(source)
-    if (stamps.get(job.name, {}).get("fingerprint") != plan.fingerprints[job.name]
-        or stamps[job.name].get("state") != "done"):  # unfinished: `resumable`
-      continue
-    matching = {n: s for n, s in stamps.items()
-                if n in plan.fingerprints and s.get("fingerprint") == plan.fingerprints[n]}
-    out.append((job, archive_job, source, matching))
+  for job, archive_job, source, stamps in _archived_runs(plan):
+    if stamps[job.name].get("state") == "done":  # else unfinished: `resumable`
+      matching = {n: s for n, s in stamps.items()
+                  if n in plan.fingerprints and s.get("fingerprint") == plan.fingerprints[n]}
+      out.append((job, archive_job, source, matching))
   return out
 
 
@@ -288,18 +279,25 @@ def resumable(plan):
   carries the plan's fingerprint of the job but no end, and whose run folder has no
   config.json. `restore` copies them back without stamps, so the job runs again and
   `performer train` resumes from the checkpoint."""
-  out = []
+  return [(job, source) for job, _, source, stamps in _archived_runs(plan)
+          if stamps[job.name].get("state") != "done"
+          and os.path.isdir(os.path.join(source, CHECKPOINTS))]
+
+
+def _archived_runs(plan):
+  """(train job, archive job, folder, archived stamps) of each train job T of the plan whose
+  run folder has no config.json and whose archive holds a stamp of T with the plan's
+  fingerprint of T."""
   for archive_job in plan.jobs:
     name = archive_job.name.removesuffix("_archive")
     if archive_job.kind != "archive" or name not in plan.fingerprints:
       continue
     job, source = plan[name], os.path.dirname(archive_job.outputs[0])
-    stamp = _stamps(source).get(job.name, {}) if os.path.isdir(source) else {}
-    if (stamp.get("fingerprint") == plan.fingerprints[job.name] and stamp.get("state") != "done"
-        and os.path.isdir(os.path.join(source, CHECKPOINTS))
-        and not os.path.exists(os.path.join(job.workdir, "config.json"))):
-      out.append((job, source))
-  return out
+    if not os.path.isdir(source) or os.path.exists(os.path.join(job.workdir, "config.json")):
+      continue
+    stamps = _stamps(source)
+    if stamps.get(job.name, {}).get("fingerprint") == plan.fingerprints[job.name]:
+      yield job, archive_job, source, stamps
 
 
 def preview(plan):
